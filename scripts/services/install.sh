@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install the Debian packages the test suite's real services need (idempotent, quiet).
+set -euo pipefail
+need=()
+command -v slurmctld >/dev/null || need+=(slurmctld slurmd slurm-client munge)
+command -v prometheus >/dev/null || need+=(prometheus)
+command -v etcd >/dev/null || need+=(etcd-server)
+command -v numactl >/dev/null || need+=(numactl)
+command -v curl >/dev/null || need+=(curl)
+command -v openssl >/dev/null || need+=(openssl)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

@@ -1,0 +1,1 @@
+"""Scheduler backends (Slurm, Kubernetes, recording fake) behind one Protocol, and the budget."""

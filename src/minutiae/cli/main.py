@@ -1,0 +1,89 @@
+"""The ``minutiae`` entry point.
+
+Sub-commands are loaded lazily (each module in ``minutiae.cli`` exports ``command``) so that
+``minutiae agent`` or ``minutiae check`` never import numpy, polars or FastAPI.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from minutiae import __version__
+from minutiae.errors import MinutiaeError
+
+#: command name -> module under minutiae.cli that defines ``command``. Add a line per command.
+COMMANDS: dict[str, str] = {
+    "logscan": "logscan",
+    "check": "check",
+    "stragglers": "stragglers",
+    "slownodes": "slownodes",
+    "topo": "topo",
+    "neighbours": "neighbours",
+    "regress": "regress",
+    "whatchanged": "whatchanged",
+    "impact": "impact",
+    "sim": "sim",
+    "eval": "evaluate",
+    "demo": "demo",
+    "agent": "agent",
+    "serve": "serve",
+    "status": "fleet",
+    "nodes": "fleet",
+    "explain": "fleet",
+    "pause": "fleet",
+    "unpause": "fleet",
+    "backtest": "backtest",
+}
+
+#: exit code for a deliberate error (Nagios UNKNOWN: we could not tell)
+EXIT_ERROR = 3
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        mod_name = COMMANDS.get(cmd_name)
+        if mod_name is None:
+            return None
+        try:
+            module = importlib.import_module(f"minutiae.cli.{mod_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"minutiae.cli.{mod_name}":
+                return None  # command not built yet
+            raise
+        cmd = getattr(module, "commands", {}).get(cmd_name) or getattr(module, "command", None)
+        return cmd if isinstance(cmd, click.Command) else None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="minutiae")
+def cli() -> None:
+    """minutiae: keeps GPU supercomputers healthy and fast."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        rv = cli.main(args=argv, prog_name="minutiae", standalone_mode=False)
+    except MinutiaeError as exc:
+        click.echo(f"minutiae: error: {exc}", err=True)
+        return EXIT_ERROR
+    except click.exceptions.Abort:
+        click.echo("minutiae: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    return rv if isinstance(rv, int) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Time is injected: everything that needs "now" takes a ``Clock``.
+
+``SystemClock`` is the only place in the package that reads the real clock.
+``minutiae.testing.FakeClock`` is the recording fake for tests.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Wall-clock time, epoch seconds."""
+        ...
+
+    def monotonic(self) -> float:
+        """Monotonic seconds, for measuring durations."""
+        ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
