@@ -1,0 +1,89 @@
+"""Input hygiene over parsed runs (pure): duplicates, conflicts, signatures seen once, missing
+versions and clock skew. Returns the cleaned runs sorted by time and the issues found."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from minutiae.history.issues import HistoryIssue, IssueKind
+from minutiae.history.record import STACK_KEYS, RunRecord
+
+#: a run more than this far in the future of "now" has a skewed clock
+FUTURE_TOLERANCE_S = 300.0
+#: a run dated before 2000-01-01 comes from a node whose clock was never set
+CLOCK_UNSET_BEFORE = 946_684_800.0
+
+
+def _same(a: RunRecord, b: RunRecord) -> bool:
+    return (a.signature == b.signature and abs(a.time - b.time) < 1.0
+            and abs(a.value - b.value) <= 1e-9 * max(a.value, b.value) and set(a.nodes) == set(b.nodes))
+
+
+def clean_runs(records: Sequence[RunRecord], now: float | None = None,
+               columns: Sequence[str] = ()) -> tuple[list[RunRecord], list[HistoryIssue]]:
+    """Deduplicate and check ``records``; ``now`` (from the injected clock) enables the
+    future-time check; ``columns`` lists the input columns (to report missing versions only for
+    attributes the input has)."""
+    issues: list[HistoryIssue] = []
+    by_id: dict[str, RunRecord] = {}
+    dups: list[str] = []
+    conflicts: list[str] = []
+    for r in records:
+        prev = by_id.get(r.run_id)
+        if prev is None:
+            by_id[r.run_id] = r
+        elif _same(prev, r):
+            dups.append(r.run_id)
+        else:
+            conflicts.append(r.run_id)
+    if dups:
+        issues.append(HistoryIssue(IssueKind.DUPLICATE,
+                                   f"{len(dups)} duplicate run row(s) ignored (same run_id and contents)",
+                                   tuple(dups[:50])))
+    if conflicts:
+        issues.append(HistoryIssue(IssueKind.CONFLICT,
+                                   f"{len(conflicts)} run_id(s) appear with different contents; "
+                                   "the first row of each was kept", tuple(conflicts[:50])))
+    runs = sorted(by_id.values(), key=lambda r: (r.time, r.run_id))
+    # the same run recorded under two ids: same signature, time, value and nodes
+    twin: list[str] = []
+    by_sig_time: dict[tuple[str, int], RunRecord] = {}
+    kept: list[RunRecord] = []
+    for r in runs:
+        key = (r.signature, round(r.time))
+        other = by_sig_time.get(key)
+        if other is not None and _same(other, r):
+            twin.append(r.run_id)
+            continue
+        by_sig_time[key] = r
+        kept.append(r)
+    if twin:
+        issues.append(HistoryIssue(IssueKind.DUPLICATE,
+                                   f"{len(twin)} run(s) identical to another run under a different "
+                                   "run_id (same signature, time, throughput, nodes) ignored", tuple(twin[:50])))
+    runs = kept
+    counts = Counter(r.signature for r in runs)
+    once = sorted(s for s, c in counts.items() if c == 1)
+    if once:
+        issues.append(HistoryIssue(IssueKind.SINGLE_RUN,
+                                   f"{len(once)} signature(s) seen once (no series to compare): "
+                                   + ", ".join(once[:10]) + (" …" if len(once) > 10 else "")))
+    for attr in (c for c in columns if c in STACK_KEYS):
+        missing = [r.run_id for r in runs if not r.attrs.get(attr)]
+        if missing:
+            issues.append(HistoryIssue(IssueKind.MISSING_VERSION,
+                                       f"{attr} missing on {len(missing)} of {len(runs)} runs "
+                                       "(treated as unknown, never as unchanged)", tuple(missing[:50])))
+    if now is not None:
+        future = [r.run_id for r in runs if r.time > now + FUTURE_TOLERANCE_S]
+        if future:
+            issues.append(HistoryIssue(IssueKind.CLOCK_SKEW,
+                                       f"{len(future)} run(s) time-stamped in the future (clock skew?); "
+                                       "kept, ordered by their stated time", tuple(future[:50])))
+    unset = [r.run_id for r in runs if r.time < CLOCK_UNSET_BEFORE]
+    if unset:
+        issues.append(HistoryIssue(IssueKind.CLOCK_SKEW,
+                                   f"{len(unset)} run(s) dated before 2000 (node clock not set?); kept",
+                                   tuple(unset[:50])))
+    return runs, issues
