@@ -235,9 +235,9 @@ def parse_hexmask(text: str) -> tuple[int, ...]:
     value = 0
     for g in groups:
         g = g[2:] if g.startswith("0x") else g
-        if not g or len(g) > 8 and len(groups) > 1:
+        if len(g) > 8 and len(groups) > 1 or len(g) > 4096:
             raise ValueError(f"bad mask group in {text!r}")
-        value = (value << 32) | int(g, 16)
+        value = (value << 32) | int(g or "0", 16)  # hwloc writes an all-zero group as ""
     cpus = []
     bit = 0
     while value:
