@@ -49,7 +49,9 @@ def create_pod(api: KubeClient, ns: str, name: str, node: str, labels: dict[str,
                                     "uid": "00000000-0000-0000-0000-000000000001"}]
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}
-    return api.post(f"/api/v1/namespaces/{ns}/pods", body)
+    api.post(f"/api/v1/namespaces/{ns}/pods", body)
+    # no kubelet: report the pod Running ourselves (the Eviction API skips PDBs for Pending pods)
+    return api.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", {"status": {"phase": "Running"}})
 
 
 def ensure_namespace(api: KubeClient, ns: str) -> None:
@@ -62,6 +64,8 @@ def ensure_namespace(api: KubeClient, ns: str) -> None:
 
 
 def node_events(api: KubeClient, node: str, ns: str = "default") -> list[dict[str, Any]]:
+    """Events about the current incarnation of ``node`` (by uid: names are reused across runs)."""
+    uid = api.get(f"/api/v1/nodes/{node}")["metadata"]["uid"]
     body = api.get(f"/api/v1/namespaces/{ns}/events",
-                   params={"fieldSelector": f"involvedObject.kind=Node,involvedObject.name={node}"})
+                   params={"fieldSelector": f"involvedObject.kind=Node,involvedObject.uid={uid}"})
     return list(body.get("items") or [])

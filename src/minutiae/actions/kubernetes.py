@@ -20,6 +20,7 @@ re-read, never overwritten. Every operation is idempotent.
 from __future__ import annotations
 
 import time as _time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -194,12 +195,24 @@ class KubernetesBackend:
             return True
         raise BackendError(f"kubernetes: node {node} kept changing under us (409 x{_CONFLICT_RETRIES})")
 
-    def _condition(self, node: str, active: bool, reason: str, message: str) -> None:
+    def _sync_condition(self, node: str, active: bool, reason: str, message: str,
+                        event_reason: str, event_text: str, event_type: str) -> None:
+        """Set our node condition if it differs; an Event marks each change (so a retry after a
+        failure finishes the job and a repeat writes nothing)."""
+        obj = self._node(node)
+        cur = [c for c in obj.get("status", {}).get("conditions") or [] if c.get("type") == CONDITION]
+        want = "True" if active else "False"
+        if cur and cur[0].get("status") == want and cur[0].get("message") == message:
+            return
+        if not cur and not active:
+            return  # never drained by us: nothing to clear
         now = rfc3339(self.clock.now())
-        cond = {"type": CONDITION, "status": "True" if active else "False", "reason": reason,
-                "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now}
+        since = cur[0].get("lastTransitionTime") if cur and cur[0].get("status") == want else now
+        cond = {"type": CONDITION, "status": want, "reason": reason, "message": message,
+                "lastHeartbeatTime": now, "lastTransitionTime": since or now}
         self.api.patch(f"/api/v1/nodes/{node}/status", {"status": {"conditions": [cond]}},
                        content_type=STRATEGIC)
+        self._event(node, str(obj["metadata"].get("uid", "")), event_reason, event_text, event_type)
 
     def _event(self, node: str, uid: str, reason: str, message: str, kind: str) -> None:
         now = self.clock.now()
@@ -207,7 +220,8 @@ class KubernetesBackend:
         ns = self.event_namespace
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{node}.minutiae.{int(now * 1e6):x}", "namespace": ns},
+            "metadata": {"name": f"{node}.{int(now * 1e6):x}.{uuid.uuid4().hex[:8]}",
+                         "namespace": ns},
             "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
             "reason": reason, "message": message, "type": kind,
             "source": {"component": "minutiae"},
@@ -234,12 +248,12 @@ class KubernetesBackend:
                                                  SINCE_KEY: ann.get(SINCE_KEY) or since}},
                     "spec": {"unschedulable": True, "taints": taints}}
 
-        if self._merge(node, build):
-            uid = str(self._node(node)["metadata"].get("uid", ""))
-            self._condition(node, True, "MinutiaeDrain", text)
-            self._event(node, uid, "MinutiaeCordon", f"cordoned and tainted {TAINT_KEY}: {text}",
-                        "Warning")
-        if self.evict and _is_ours(self._node(node)):
+        self._merge(node, build)
+        if not _is_ours(self._node(node)):
+            return  # an admin's cordon
+        self._sync_condition(node, True, "MinutiaeDrain", text, "MinutiaeCordon",
+                             f"cordoned and tainted {TAINT_KEY}: {text}", "Warning")
+        if self.evict:
             self.evictions[node] = self.evict_pods(node)
 
     def resume(self, node: str) -> None:
@@ -257,11 +271,9 @@ class KubernetesBackend:
             return {"metadata": {"annotations": {OWNER_KEY: None, REASON_KEY: None, SINCE_KEY: None}},
                     "spec": spec}
 
-        if self._merge(node, build):
-            uid = str(self._node(node)["metadata"].get("uid", ""))
-            self._condition(node, False, "MinutiaeResumed", "returned to service by minutiae")
-            self._event(node, uid, "MinutiaeUncordon", "uncordoned and untainted by minutiae",
-                        "Normal")
+        self._merge(node, build)
+        self._sync_condition(node, False, "MinutiaeResumed", "returned to service by minutiae",
+                             "MinutiaeUncordon", "uncordoned and untainted by minutiae", "Normal")
 
     def annotate(self, node: str, key: str, value: str) -> None:
         k = annotation_key(key)

@@ -1,0 +1,191 @@
+"""KubernetesBackend against the real kube-apiserver (fixture ``kubeconfig``): what exactly lands
+on the Node object, ownership, conflicts, events and PDB-aware eviction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from k8s_helpers import (
+    admin,
+    admin_cordon,
+    config,
+    create_node,
+    create_pod,
+    delete,
+    ensure_namespace,
+    node_events,
+)
+from minutiae.actions.base import NodeSchedState
+from minutiae.actions.kubernetes import (
+    CONDITION,
+    OWNER_KEY,
+    REASON_KEY,
+    SINCE_KEY,
+    TAINT_KEY,
+    KubernetesBackend,
+)
+from minutiae.actions.kubernetes_config import KubeConfig
+from minutiae.actions.kubernetes_http import KubeClient
+from minutiae.errors import BackendError
+from minutiae.testing import FakeClock
+
+pytestmark = pytest.mark.k8s
+NS = "mk-backend"
+
+
+@pytest.fixture()
+def api(kubeconfig: str) -> Iterator[KubeClient]:
+    c = admin(kubeconfig)
+    ensure_namespace(c, NS)
+    yield c
+    c.close()
+
+
+@pytest.fixture()
+def backend(kubeconfig: str) -> Iterator[KubernetesBackend]:
+    be = KubernetesBackend(config(kubeconfig), FakeClock(start=1_780_000_000.0))
+    yield be
+    be.close()
+
+
+def test_drain_writes_cordon_taint_annotations_condition_and_one_event(
+        api: KubeClient, backend: KubernetesBackend) -> None:
+    node = "mk-be-01"
+    create_node(api, node)
+    api.patch(f"/api/v1/nodes/{node}", {"spec": {"taints": [
+        {"key": "site/maintenance-window", "value": "sun", "effect": "PreferNoSchedule"}]}})
+    backend.drain(node, "xid 79: GPU has fallen off the bus (gpu 0000:18:00.0)")
+    obj = api.get(f"/api/v1/nodes/{node}")
+    assert obj["spec"]["unschedulable"] is True
+    assert {(t["key"], t["effect"]) for t in obj["spec"]["taints"]} == {
+        ("site/maintenance-window", "PreferNoSchedule"), (TAINT_KEY, "NoSchedule")}
+    ann = obj["metadata"]["annotations"]
+    assert ann[OWNER_KEY] == "minutiae"
+    assert ann[REASON_KEY] == "minutiae: xid 79: GPU has fallen off the bus (gpu 0000:18:00.0)"
+    assert ann[SINCE_KEY] == "2026-05-28T20:26:40Z"
+    cond = [c for c in obj["status"]["conditions"] if c["type"] == CONDITION]
+    assert len(cond) == 1 and cond[0]["status"] == "True" and cond[0]["reason"] == "MinutiaeDrain"
+    assert cond[0]["message"] == ann[REASON_KEY]
+    assert cond[0]["lastTransitionTime"] == "2026-05-28T20:26:40Z"
+    events = node_events(api, node)
+    assert [(e["reason"], e["type"]) for e in events] == [("MinutiaeCordon", "Warning")]
+    assert events[0]["involvedObject"]["uid"] == obj["metadata"]["uid"]
+    st = backend.state(node)
+    assert (st.state, st.ours, st.reason) == (NodeSchedState.DRAINED, True, ann[REASON_KEY])
+
+    # idempotent: the same drain again writes nothing (resourceVersion and events unchanged)
+    rv = obj["metadata"]["resourceVersion"]
+    backend.drain(node, "xid 79: GPU has fallen off the bus (gpu 0000:18:00.0)")
+    assert api.get(f"/api/v1/nodes/{node}")["metadata"]["resourceVersion"] == rv
+    assert len(node_events(api, node)) == 1
+
+    # resume removes only what is ours: the site's taint stays, the condition turns False
+    backend.resume(node)
+    obj = api.get(f"/api/v1/nodes/{node}")
+    assert "unschedulable" not in obj["spec"]
+    assert [t["key"] for t in obj["spec"]["taints"]] == ["site/maintenance-window"]
+    assert not {OWNER_KEY, REASON_KEY, SINCE_KEY} & set(obj["metadata"].get("annotations") or {})
+    cond = [c for c in obj["status"]["conditions"] if c["type"] == CONDITION]
+    assert cond[0]["status"] == "False" and cond[0]["reason"] == "MinutiaeResumed"
+    assert sorted(e["reason"] for e in node_events(api, node)) == ["MinutiaeCordon",
+                                                                   "MinutiaeUncordon"]
+    backend.resume(node)  # nothing of ours left: a no-op, no new event
+    assert len(node_events(api, node)) == 2
+    assert backend.state(node).state is NodeSchedState.AVAILABLE
+    delete(api, f"/api/v1/nodes/{node}")
+
+
+def test_admin_cordon_is_never_touched(api: KubeClient, backend: KubernetesBackend) -> None:
+    node = "mk-be-02"
+    create_node(api, node)
+    admin_cordon(api, node)
+    rv = api.get(f"/api/v1/nodes/{node}")["metadata"]["resourceVersion"]
+    backend.drain(node, "ecc dbe")
+    obj = api.get(f"/api/v1/nodes/{node}")
+    assert obj["metadata"]["resourceVersion"] == rv  # not a byte written
+    st = backend.state(node)
+    assert st.state is NodeSchedState.DRAINED and not st.ours and st.reason is None
+    with pytest.raises(BackendError, match="refusing to uncordon mk-be-02: the cordon is not ours"):
+        backend.resume(node)
+    assert api.get(f"/api/v1/nodes/{node}")["spec"]["unschedulable"] is True
+    delete(api, f"/api/v1/nodes/{node}")
+
+
+def test_hand_uncordon_leaves_our_taint_and_resume_cleans_it(
+        api: KubeClient, backend: KubernetesBackend) -> None:
+    node = "mk-be-03"
+    create_node(api, node)
+    backend.drain(node, "nvlink down")
+    api.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": None}})  # kubectl uncordon
+    st = backend.state(node)
+    assert st.state is NodeSchedState.DRAINED and st.ours  # the NoSchedule taint still holds
+    backend.resume(node)
+    obj = api.get(f"/api/v1/nodes/{node}")
+    # the API server's own node.kubernetes.io/not-ready taint (no kubelet here) is left alone
+    assert [t["key"] for t in obj["spec"]["taints"]] == ["node.kubernetes.io/not-ready"]
+    assert not obj["spec"].get("unschedulable")
+    delete(api, f"/api/v1/nodes/{node}")
+
+
+def test_new_reason_updates_annotation_keeps_since(api: KubeClient, kubeconfig: str) -> None:
+    node = "mk-be-04"
+    create_node(api, node)
+    clock = FakeClock(start=1_780_000_000.0)
+    be = KubernetesBackend(config(kubeconfig), clock)
+    be.drain(node, "reset_gpu: xid 48")
+    clock.advance(3600)
+    be.drain(node, "reboot: still failing after reset")
+    ann = api.get(f"/api/v1/nodes/{node}")["metadata"]["annotations"]
+    assert ann[REASON_KEY] == "minutiae: reboot: still failing after reset"
+    assert ann[SINCE_KEY] == "2026-05-28T20:26:40Z"
+    be.close()
+    delete(api, f"/api/v1/nodes/{node}")
+
+
+def test_eviction_respects_pod_disruption_budgets(api: KubeClient, kubeconfig: str) -> None:
+    node = "mk-be-05"
+    create_node(api, node)
+    create_pod(api, NS, "trainer-0", node, {"app": "trainer"})
+    create_pod(api, NS, "notebook", node, {"app": "notebook"})
+    create_pod(api, NS, "agent-x", node, {"app": "agent"}, owner_daemonset=True)
+    # A PDB that allows no disruption (no controller-manager here computes its status, so the
+    # API server treats it as allowing none: the Eviction API must answer 429 for trainer-0)
+    pdb_version = "policy/v1" if _has(api, "/apis/policy/v1") else "policy/v1beta1"
+    delete(api, f"/apis/{pdb_version}/namespaces/{NS}/poddisruptionbudgets/trainer")
+    api.post(f"/apis/{pdb_version}/namespaces/{NS}/poddisruptionbudgets", {
+        "apiVersion": pdb_version, "kind": "PodDisruptionBudget",
+        "metadata": {"name": "trainer", "namespace": NS},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}}})
+    be = KubernetesBackend(config(kubeconfig), FakeClock(), evict=True)
+    be.drain(node, "row remap failure")
+    rep = be.evictions[node]
+    assert rep.evicted == (f"{NS}/notebook",)
+    assert [p for p, _ in rep.held] == [f"{NS}/trainer-0"]
+    assert "disruption budget" in rep.held[0][1]
+    assert rep.skipped == (f"{NS}/agent-x",) and not rep.complete
+    st = be.state(node)
+    # the held pod keeps the node DRAINING (Slurm's word for "cordoned, work still running")
+    assert st.state is NodeSchedState.DRAINING and st.jobs == (f"{NS}/trainer-0",)
+    be.close()
+    for p in ("trainer-0", "notebook", "agent-x"):
+        delete(api, f"/api/v1/namespaces/{NS}/pods/{p}")
+    delete(api, f"/apis/{pdb_version}/namespaces/{NS}/poddisruptionbudgets/trainer")
+    delete(api, f"/api/v1/nodes/{node}")
+
+
+def test_unknown_node_and_bad_token(api: KubeClient, kubeconfig: str,
+                                    backend: KubernetesBackend) -> None:
+    with pytest.raises(BackendError, match="unknown node mk-be-nope"):
+        backend.state("mk-be-nope")
+    cfg = config(kubeconfig)
+    bad = KubernetesBackend(KubeConfig(server=cfg.server, token="wrong", verify=cfg.verify),
+                            FakeClock())
+    with pytest.raises(BackendError, match="unauthorised"):
+        bad.state("mk-be-nope")
+    bad.close()
+
+
+def _has(api: KubeClient, path: str) -> bool:
+    return api.exists(path)
