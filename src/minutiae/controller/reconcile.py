@@ -1,0 +1,300 @@
+"""The reconcile step: ``reconcile(fleet, policy, now) -> Plan``. Pure and fast.
+
+No I/O, no clock (``now`` is passed), no backend: it reads reports, scheduler states and the
+controller's memory and returns decisions plus the next memory. The service executes the plan
+(audit first, then the backend); the backtest replays history through it with a FakeClock.
+
+Per node (health from :func:`assess`):
+- UNHEALTHY and available → DRAIN (through the safety budget; else HOLD), starting the
+  escalation ladder at the rung the findings need (a lemon goes straight to ``inspect``);
+- UNHEALTHY and drained by us → ESCALATE when the rung timed out or the findings need more;
+- HEALTHY and drained by us → RESUME after ``healthy_delay_s`` of clean reports (a lemon is
+  HELD for a human);
+- UNKNOWN → nothing, and the healthy delay restarts (UNKNOWN is not OK);
+- drained or down by someone else → never touched.
+The storm breaker and the pause switch turn every wanted action into a HOLD.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from minutiae.actions.base import NodeSchedState, make_reason
+from minutiae.actions.budget import (
+    BudgetLedger,
+    BudgetVerdict,
+    NodeFacts,
+    check_drain,
+    storm_tripped,
+    take_token,
+)
+from minutiae.controller.policy import Policy, RuleDo
+from minutiae.controller.state import (
+    EMPTY_MEMORY,
+    ControllerMemory,
+    Decision,
+    FleetState,
+    Health,
+    NodeMemory,
+    NodeView,
+    Pause,
+    Plan,
+    Report,
+    Verb,
+    undo_command,
+)
+from minutiae.model import Action, Finding, Status
+
+_DAY = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """How the policy reads one report: ``health``; for UNHEALTHY the ``rule`` that decided,
+    the rung ``step`` needed and the ``evidence`` lines; for UNKNOWN ``evidence`` says why."""
+
+    health: Health
+    rule: str = ""
+    step: Action | None = None
+    evidence: tuple[str, ...] = ()
+
+
+def evidence_line(f: Finding) -> str:
+    head = f.kind if f.code is None else f"{f.kind} {f.code}"
+    where = f" {f.component or f.pci}" if (f.component or f.pci) else ""
+    return f"[{f.severity.label}/{f.action.label}] {head}{where}: {f.line or f.message}"
+
+
+def assess(report: Report | None, policy: Policy, now: float) -> Assessment:
+    if report is None:
+        return Assessment(Health.UNKNOWN, evidence=("no report received",))
+    age = now - report.time
+    if age > policy.stale_after_s:
+        return Assessment(Health.UNKNOWN, evidence=(
+            f"last report {age:.0f}s old (stale after {policy.stale_after_s:g}s)",))
+    best: tuple[Action, str, Finding] | None = None
+    lines: list[str] = []
+    for f in report.findings:
+        rule = policy.rule_for(f)
+        if rule is None or rule.do is not RuleDo.DRAIN:
+            continue
+        step = rule.step if rule.step is not None else max(f.action, Action.RESET_GPU)
+        lines.append(evidence_line(f))
+        if best is None or step > best[0]:
+            best = (step, rule.name, f)
+    if best is not None:
+        return Assessment(Health.UNHEALTHY, rule=best[1], step=best[0], evidence=tuple(lines))
+    if report.status is Status.UNKNOWN:
+        return Assessment(Health.UNKNOWN, evidence=report.unknown or ("checks could not run",))
+    return Assessment(Health.HEALTHY)
+
+
+def _facts(v: NodeView) -> NodeFacts:
+    jobs = v.sched.jobs if v.sched is not None else ()
+    return NodeFacts(v.name, v.unavailable, v.domains, jobs)
+
+
+def reconcile(fleet: FleetState, policy: Policy, now: float) -> Plan:
+    """One pure reconcile step (see the module docstring)."""
+    mem_in = fleet.memory
+    mem_nodes: dict[str, NodeMemory] = dict(mem_in.nodes)
+    sched_name = fleet.scheduler
+    lemon_window = policy.lemon.days * _DAY
+    decisions: list[Decision] = []
+    alerts: list[str] = []
+    # (priority key, node view, assessment, memory) of nodes that want a drain
+    drain_wants: list[tuple[tuple[int, float, str], NodeView, Assessment, NodeMemory]] = []
+    other_wants: list[tuple[Verb, NodeView, str, tuple[str, ...], Action | None, NodeMemory]] = []
+    unhealthy_times: list[float] = []
+
+    for name, v in fleet.nodes.items():
+        m = mem_nodes.get(name)
+        rep = v.report
+        # fast path: a clean, fresh, available node the controller has nothing to remember about
+        if (m is None and rep is not None and not rep.findings and rep.status is not Status.UNKNOWN
+                and v.sched is not None and v.sched.state is NodeSchedState.AVAILABLE
+                and now - rep.time <= policy.stale_after_s):
+            continue
+        m = m or EMPTY_MEMORY
+        a = assess(rep, policy, now)
+        sched = v.sched
+        if a.health is Health.UNHEALTHY:
+            if m.unhealthy_since is None:
+                m = replace(m, unhealthy_since=now)
+            m = replace(m, healthy_since=None)
+            unhealthy_times.append(m.unhealthy_since if m.unhealthy_since is not None else now)
+            if sched is None:
+                pass
+            elif sched.state is NodeSchedState.AVAILABLE:
+                assert a.step is not None
+                key = (-int(a.step), m.unhealthy_since or now, name)
+                drain_wants.append((key, v, a, m))
+            elif v.ours:
+                if m.drained_at is None:
+                    m = replace(m, drained_at=now, step=a.step, step_since=now)
+                cur = m.step or Action.RESET_GPU
+                idx = policy.ladder_index(cur)
+                rung = policy.ladder[idx]
+                target: Action | None = None
+                why = ""
+                if a.step is not None and a.step > cur:
+                    target = policy.ladder[policy.ladder_index(a.step)].step
+                    why = f"findings now need {a.step.label}"
+                elif (rung.timeout_s is not None and idx + 1 < len(policy.ladder)
+                      and now - (m.step_since or now) >= rung.timeout_s):
+                    target = policy.ladder[idx + 1].step
+                    why = f"still unhealthy {now - (m.step_since or now):.0f}s after {cur.label}"
+                if target is not None and target != cur:
+                    other_wants.append((Verb.ESCALATE, v, "ladder", (why, *a.evidence), target, m))
+        elif a.health is Health.HEALTHY:
+            m = replace(m, unhealthy_since=None)
+            if v.ours:
+                hs = m.healthy_since if m.healthy_since is not None else now
+                m = replace(m, healthy_since=hs)
+                if m.lemon:
+                    other_wants.append((Verb.HOLD, v, "lemon", (
+                        f"lemon node: {len(m.drains)} drains within {policy.lemon.days:g} days; "
+                        "needs hardware inspection and a human to resume",), Action.INSPECT, m))
+                elif now - hs >= policy.healthy_delay_s:
+                    other_wants.append((Verb.RESUME, v, "healthy-delay", (
+                        f"healthy for {now - hs:.0f}s (delay {policy.healthy_delay_s:g}s)",),
+                        None, m))
+            elif sched is not None and sched.state is NodeSchedState.AVAILABLE:
+                m = replace(m, healthy_since=None, drained_at=None, step=None, step_since=None,
+                            last_hold=None)
+        else:  # UNKNOWN is not OK: the healthy delay starts over
+            m = replace(m, healthy_since=None)
+        _store(mem_nodes, name, m, now, lemon_window)
+
+    pause = mem_in.pause
+    if pause is None:
+        armed = mem_in.breaker_since
+        times = unhealthy_times if armed is None else [t for t in unhealthy_times if t >= armed]
+        storm = storm_tripped(times, len(fleet.nodes), policy.budget.storm, now)
+        if storm is not None:
+            pause = Pause(storm, now, "breaker")
+            alerts.append(storm)
+    stop: BudgetVerdict | None = None
+    if pause is not None:
+        check = "storm" if pause.by == "breaker" else "paused"
+        stop = BudgetVerdict(False, check, pause.reason)
+
+    ledger: BudgetLedger | None = None
+    if drain_wants and stop is None:
+        ledger = BudgetLedger.build((_facts(v) for v in fleet.nodes.values()), mem_in.buckets)
+    buckets_ledger = ledger or BudgetLedger(0, 0, Counter(), Counter(), dict(mem_in.buckets))
+
+    for _key, v, a, m in sorted(drain_wants, key=lambda t: t[0]):
+        recent = tuple(t for t in m.drains if t >= now - lemon_window)
+        lemon = len(recent) + 1 >= policy.lemon.drains
+        step = Action.INSPECT if lemon else a.step
+        assert step is not None
+        first = policy.ladder[policy.ladder_index(step)].step
+        evidence = a.evidence
+        rule = a.rule
+        if lemon:
+            rule = f"{a.rule}+lemon"
+            evidence = (*evidence, f"lemon: {len(recent) + 1} drains within "
+                        f"{policy.lemon.days:g} days, straight to {first.label}")
+        reason = make_reason(f"{rule} {_short(a)} step={first.label}")
+        if stop is not None:
+            verdict = stop
+        else:
+            assert ledger is not None
+            verdict = check_drain(ledger, policy.budget, _facts(v), now, fleet.job_tolerance)
+        if verdict.allowed:
+            m = replace(m, drained_at=now, step=first, step_since=now, drains=(*recent, now),
+                        lemon=lemon, last_hold=None, healthy_since=None)
+            decisions.append(Decision(v.name, Verb.DRAIN, rule, evidence, verdict,
+                                      undo_command(sched_name, Verb.DRAIN, v.name), now,
+                                      step=first, reason=reason))
+        else:
+            new = m.last_hold != verdict.check
+            m = replace(m, last_hold=verdict.check)
+            decisions.append(Decision(v.name, Verb.HOLD, rule, evidence, verdict,
+                                      undo_command(sched_name, Verb.HOLD, v.name), now,
+                                      step=first, reason=reason, wanted=Verb.DRAIN, new=new))
+        _store(mem_nodes, v.name, m, now, lemon_window)
+
+    for verb, v, rule, evidence, step, m in other_wants:
+        if verb is Verb.HOLD:  # lemon waiting for a human: said once
+            verdict = BudgetVerdict(False, "lemon", evidence[0])
+            wanted: Verb | None = Verb.RESUME
+        elif stop is not None:
+            verdict, wanted = stop, verb
+        else:
+            verdict = take_token(buckets_ledger, policy.budget, verb.value, now)
+            wanted = verb
+        if verdict.allowed:
+            if verb is Verb.ESCALATE:
+                m = replace(m, step=step, step_since=now, last_hold=None)
+            else:
+                m = replace(m, healthy_since=None, drained_at=None, step=None, step_since=None,
+                            last_hold=None, unhealthy_since=None)
+            reason = (v.sched.reason or "") if v.sched is not None else ""
+            decisions.append(Decision(v.name, verb, rule, evidence, verdict,
+                                      undo_command(sched_name, verb, v.name, reason), now,
+                                      step=step))
+        else:
+            new = m.last_hold != verdict.check
+            m = replace(m, last_hold=verdict.check)
+            decisions.append(Decision(v.name, Verb.HOLD, rule, evidence, verdict,
+                                      undo_command(sched_name, Verb.HOLD, v.name), now,
+                                      step=step, wanted=wanted, new=new))
+        _store(mem_nodes, v.name, m, now, lemon_window)
+
+    memory = ControllerMemory(nodes=mem_nodes, buckets=buckets_ledger.buckets, pause=pause,
+                              breaker_since=mem_in.breaker_since)
+    return Plan(tuple(decisions), memory, tuple(alerts), policy.dry_run)
+
+
+def _short(a: Assessment) -> str:
+    first = a.evidence[0] if a.evidence else ""
+    # "[critical/reboot] xid 79 gpu:...: message" -> "xid 79"
+    head = first.split("] ", 1)[-1].split(":", 1)[0]
+    return " ".join(head.split()[:2])
+
+
+def _store(mem: dict[str, NodeMemory], name: str, m: NodeMemory, now: float,
+           lemon_window: float) -> None:
+    drains = tuple(t for t in m.drains if t >= now - lemon_window)
+    if drains != m.drains:
+        m = replace(m, drains=drains)
+    if m == EMPTY_MEMORY:
+        mem.pop(name, None)
+    else:
+        mem[name] = m
+
+
+def simulate(fleet: FleetState, plan: Plan) -> FleetState:
+    """The fleet after ``plan`` took effect on an obedient scheduler (for backtests and
+    dry-run previews): drains make nodes DRAINED and ours, resumes make them AVAILABLE."""
+    from minutiae.actions.base import NodeState
+
+    nodes: dict[str, NodeView] = dict(fleet.nodes)
+    for d in plan.decisions:
+        v = nodes.get(d.node)
+        if v is None:
+            continue
+        jobs = v.sched.jobs if v.sched is not None else ()
+        if d.action is Verb.DRAIN:
+            nodes[d.node] = replace(v, sched=NodeState(d.node, NodeSchedState.DRAINED,
+                                                       reason=d.reason, ours=True, jobs=jobs))
+        elif d.action is Verb.RESUME:
+            nodes[d.node] = replace(v, sched=NodeState(d.node, NodeSchedState.AVAILABLE,
+                                                       jobs=jobs))
+    return replace(fleet, nodes=nodes, memory=plan.memory)
+
+
+def with_pause(memory: ControllerMemory, pause: Pause | None, now: float) -> ControllerMemory:
+    """Memory with the pause switch set (a human's ``pause``) or cleared (``unpause``, which
+    also re-arms the storm breaker: only nodes turning unhealthy from ``now`` on count)."""
+    if pause is None:
+        return replace(memory, pause=None, breaker_since=now)
+    return replace(memory, pause=pause)
+
+
+def nodes_mapping(views: list[NodeView]) -> Mapping[str, NodeView]:
+    return {v.name: v for v in views}
