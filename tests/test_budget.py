@@ -40,7 +40,7 @@ def test_domain_cap_counts_existing_and_planned_drains():
     assert check_drain(led, cfg, r0[0], 0.0).allowed
     v = check_drain(led, cfg, r0[1], 0.0)
     assert not v.allowed and v.check == "domain:rack"
-    assert "2 node(s) of rack r0 already unavailable; cap 2" == v.detail
+    assert v.detail == "2 node(s) of rack r0 already unavailable; cap 2"
     r1 = [n for n in nodes if n.domains["rack"] == "r1"]
     assert check_drain(led, cfg, r1[0], 0.0).allowed
 
@@ -53,7 +53,7 @@ def test_job_cap_uses_known_tolerance_else_default():
     got = [check_drain(led, cfg, n, 0.0, tol).allowed for n in nodes]
     assert got == [True, False, False, False, True, True, False, False]
     v = check_drain(led, cfg, nodes[1], 0.0, tol)
-    assert v.check == "job" and "job J1 already lost 1 node(s); it survives 1" == v.detail
+    assert v.check == "job" and v.detail == "job J1 already lost 1 node(s); it survives 1"
 
 
 def test_token_bucket_refills_at_its_rate():
