@@ -40,6 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from minutiae.model.findings import Scalar
 from minutiae.parsers.snapshot import SnapshotBuilder, leading_number, to_int
 
 #: NVML clock-event reason bits (nvmlClocksEventReason*) and their names (XML tag suffixes).
@@ -158,7 +159,7 @@ def emit_gpu(
         if _is_na(raw):
             continue
         assert raw is not None
-        conv: Callable[[str], object]
+        conv: Callable[[str], Scalar]
         if metric in _STRINGS:
             b.add(comp, metric, raw.strip())
             continue
@@ -167,7 +168,7 @@ def emit_gpu(
         if value is None:
             b.problem(comp, f"{where}: {used}", f"not a {'yes/no' if metric in _BOOLS else 'number'}: {raw.strip()[:40]!r}")
             continue
-        b.add(comp, metric, value)  # type: ignore[arg-type]
+        b.add(comp, metric, value)
     for metric, groups in sums.items():
         for group in groups:
             raws = [get(p) for p in group]

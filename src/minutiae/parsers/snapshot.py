@@ -8,7 +8,6 @@ OK for what the problem covers: they report UNKNOWN and name ``where`` (a path, 
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 

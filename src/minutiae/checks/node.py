@@ -1,0 +1,210 @@
+"""One health check of one node: ``run_check(cfg, clock) -> NodeReport`` (stable API).
+
+Called once by ``minutiae check`` (Slurm HealthCheckProgram) and every few seconds by the agent.
+Sources are chosen by ``CheckConfig``; each check group becomes one ``CheckResult``:
+
+- ``gpu``: NVML, or ``nvidia_smi_xml`` (XML or ``-q`` text capture) and/or ``dcgm`` when given;
+- ``ib``: ``<sysfs_root>/class/infiniband``; ``pcie``: ``<sysfs_root>/bus/pci/devices``;
+- ``kernel_log``: ``kmsg`` (a file, or ``/dev/kmsg``) through the kernel-log rules.
+
+A source that cannot be read makes its check UNKNOWN with the reason (never OK) and the others
+still run. Counter rates use the previous values from ``state_file`` (one-shot runs) or from
+``memory`` (a long-running caller such as the agent passes the same dict every time).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import MutableMapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from minutiae.checks.node_checks import (
+    check_gpu,
+    check_ib,
+    check_kernel_log,
+    check_pcie,
+    counter_findings,
+)
+from minutiae.clock import Clock
+from minutiae.errors import InputError
+from minutiae.model import Action, CheckResult, Finding, Observation, Severity, Status
+from minutiae.sources.nvml import NvmlApi
+
+#: the check groups, in display order
+CHECKS = ("gpu", "ib", "pcie", "kernel_log")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckConfig:
+    """Where to look. Defaults check this node; set paths to check captured data instead.
+
+    ``kmsg=None`` skips the kernel-log check (the CLI does that when it is pointed at captures
+    without ``--kmsg``). ``expected_gpus``/``expected_driver`` turn on the GPU-count and driver
+    rules. ``nvml`` injects a ``pynvml``-like module (tests); ``use_nvml=False`` never loads it.
+    ``checks`` limits the groups run (default: all of ``CHECKS``).
+    """
+
+    sysfs_root: Path = Path("/sys")
+    kmsg: Path | None = Path("/dev/kmsg")
+    nvidia_smi_xml: Path | None = None
+    dcgm: str | None = None
+    expected_gpus: int | None = None
+    expected_driver: str | None = None
+    state_file: Path | None = None
+    node: str | None = None
+    use_nvml: bool = True
+    nvml: NvmlApi | None = None
+    checks: tuple[str, ...] = CHECKS
+    year: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """The health of one node at ``time``.
+
+    ``status`` is the worst check status (CRITICAL > UNKNOWN > WARNING > OK: a known critical
+    outranks "could not tell"); ``action`` is the largest action any finding needs (``none`` …
+    ``inspect``); ``drain`` is true when that action is ``reset_gpu`` or more. ``observations``
+    are the raw values (for the agent's metrics); ``notes`` are non-fatal remarks (state file).
+    """
+
+    node: str
+    time: float
+    results: tuple[CheckResult, ...]
+    observations: tuple[Observation, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def status(self) -> Status:
+        return Status.worst([r.status for r in self.results])
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for r in self.results for f in r.findings)
+
+    @property
+    def action(self) -> Action:
+        return max((f.action for f in self.findings), default=Action.NONE)
+
+    @property
+    def drain(self) -> bool:
+        return self.action.drains
+
+    def result(self, check: str) -> CheckResult | None:
+        return next((r for r in self.results if r.check == check), None)
+
+    def reason(self) -> str | None:
+        """A short reason for a scheduler: the findings that need the node's action, worst
+        first, e.g. ``xid 79 gpu 0000:44:00.0 GPU has fallen off the bus``."""
+        if self.action is Action.NONE:
+            return None
+        worst = sorted(
+            (f for f in self.findings if f.action == self.action),
+            key=lambda f: (-f.severity, f.kind),
+        )
+        parts = [_short(f) for f in worst[:2]]
+        more = len(worst) - len(parts)
+        return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "time": self.time,
+            "status": self.status.label,
+            "exit_code": int(self.status),
+            "action": self.action.label,
+            "drain": self.drain,
+            "reason": self.reason(),
+            "checks": [r.to_json() for r in self.results],
+            "notes": list(self.notes),
+        }
+
+
+def _short(f: Finding) -> str:
+    head = f.kind.replace("_", " ")
+    if f.code is not None:
+        head += f" {f.code}"
+    where = f" gpu {f.pci}" if f.pci and f.kind in ("xid", "gpu_off_bus") else ""
+    return f"{head}{where} {f.message}".strip()
+
+
+Memory = MutableMapping[tuple[str, str], tuple[float, float]]
+
+
+def run_check(cfg: CheckConfig, clock: Clock, *, memory: Memory | None = None) -> NodeReport:
+    """Run every configured check once. Never raises for a source problem: that source's check
+    is UNKNOWN with the reason. ``memory`` keeps counter values between calls in-process;
+    without it, ``cfg.state_file`` (if any) is read before and written after the run."""
+    from minutiae.sources.check_state import load_state, save_state
+
+    now = clock.now()
+    notes: list[str] = []
+    previous: Memory
+    if memory is not None:
+        previous = memory
+    elif cfg.state_file is not None:
+        try:
+            previous = dict(load_state(cfg.state_file))
+        except InputError as exc:
+            notes.append(str(exc))
+            previous = {}
+    else:
+        previous = {}
+
+    groups: dict[str, tuple[list[Observation], CheckResult | None, list[str]]] = {}
+    if "gpu" in cfg.checks:
+        groups["gpu"] = check_gpu(cfg, now)
+    if "ib" in cfg.checks:
+        groups["ib"] = check_ib(cfg.sysfs_root, now)
+    if "pcie" in cfg.checks:
+        groups["pcie"] = check_pcie(cfg.sysfs_root, now)
+
+    all_obs = [o for obs, _, _ in groups.values() for o in obs]
+    extra = {"node": {"expected_gpus": cfg.expected_gpus, "expected_driver": cfg.expected_driver}}
+    by_check = counter_findings(all_obs, previous, now, extra)
+
+    results: list[CheckResult] = []
+    for name, (obs, failed, problems) in groups.items():
+        if failed is not None:
+            results.append(failed)
+            continue
+        results.append(_result(name, by_check.get(name, []), problems, len(obs)))
+    if "kernel_log" in cfg.checks and cfg.kmsg is not None:
+        results.append(check_kernel_log(cfg.kmsg, cfg.year))
+
+    fresh = {(o.component, o.metric): (float(o.value), now) for o in all_obs
+             if isinstance(o.value, int | float) and not isinstance(o.value, bool)}
+    if memory is not None:
+        memory.clear()
+        memory.update(fresh)
+    elif cfg.state_file is not None:
+        try:
+            save_state(cfg.state_file, fresh, now)
+        except InputError as exc:
+            notes.append(str(exc))
+    node = cfg.node or socket.gethostname().split(".")[0]
+    return NodeReport(node, now, tuple(results), tuple(all_obs), tuple(notes))
+
+
+def status_of(findings: Sequence[Finding]) -> Status:
+    """info → OK, warning → WARNING, error/critical → CRITICAL."""
+    worst = max((f.severity for f in findings), default=Severity.INFO)
+    if worst >= Severity.ERROR:
+        return Status.CRITICAL
+    return Status.WARNING if worst == Severity.WARNING else Status.OK
+
+
+def _result(name: str, findings: list[Finding], problems: list[str], observed: int) -> CheckResult:
+    status = status_of(findings)
+    reason = None
+    if problems:
+        reason = f"{len(problems)} value(s) unreadable: " + "; ".join(problems[:3])
+        if status is not Status.CRITICAL:
+            status = Status.UNKNOWN
+    return CheckResult(name, status, tuple(findings), reason, observed)
+
+
+__all__ = ["CHECKS", "CheckConfig", "NodeReport", "run_check", "status_of"]
+_ = field  # dataclasses.field kept for subclasses' use

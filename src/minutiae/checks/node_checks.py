@@ -1,0 +1,119 @@
+"""The check groups behind ``run_check`` (sources → parsers → counter rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from minutiae.checks.counters import Previous, context, counter_rules, evaluate
+from minutiae.errors import InputError, MinutiaeError, SourceUnavailable
+from minutiae.model import Action, CheckResult, Finding, Observation, Severity, Status
+from minutiae.model.findings import Scalar
+from minutiae.parsers.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from minutiae.checks.node import CheckConfig
+
+Group = tuple[list[Observation], CheckResult | None, list[str]]
+
+#: NVML error codes that mean "driver and library disagree": a node-level fault, not UNKNOWN
+NVML_LIB_RM_VERSION_MISMATCH = "Driver/library version mismatch"
+
+
+def _unknown(check: str, reason: str) -> CheckResult:
+    return CheckResult(check, Status.UNKNOWN, (), reason, 0)
+
+
+def _group(snap: Snapshot, now: float) -> Group:
+    obs = [o if o.time is not None else Observation(o.source, o.component, o.metric, o.value, now)
+           for o in snap.observations]
+    return obs, None, [str(p) for p in snap.problems]
+
+
+def check_gpu(cfg: CheckConfig, now: float) -> Group:
+    """GPU observations from the captures given, or from NVML."""
+    from minutiae.sources.dcgm import read_dcgm
+    from minutiae.sources.nvidia_smi import read_nvidia_smi_file
+    from minutiae.sources.nvml import load_pynvml, read_nvml
+
+    snaps: list[Snapshot] = []
+    try:
+        if cfg.nvidia_smi_xml is not None:
+            snaps.append(read_nvidia_smi_file(cfg.nvidia_smi_xml))
+        if cfg.dcgm is not None:
+            snaps.append(read_dcgm(cfg.dcgm))
+        if not snaps:
+            if not cfg.use_nvml:
+                return [], _unknown("gpu", "no GPU source (NVML disabled, no capture given)"), []
+            api = cfg.nvml if cfg.nvml is not None else load_pynvml()
+            snaps.append(read_nvml(api, now))
+    except SourceUnavailable as exc:
+        if NVML_LIB_RM_VERSION_MISMATCH in exc.reason:
+            f = Finding("driver_mismatch", Severity.CRITICAL, Action.REBOOT,
+                        f"NVML: {exc.reason} (driver upgraded without a reboot)", rule="nvml.init")
+            return [], CheckResult("gpu", Status.CRITICAL, (f,), exc.reason, 0), []
+        return [], _unknown("gpu", f"{exc.source}: {exc.reason}"), []
+    except MinutiaeError as exc:
+        return [], _unknown("gpu", str(exc)), []
+    snap = snaps[0]
+    for other in snaps[1:]:
+        snap = snap.merged(other)
+    return _group(snap, now)
+
+
+def check_ib(sysfs_root: Path, now: float) -> Group:
+    from minutiae.sources.sysfs_ib import read_sysfs_ib
+
+    try:
+        return _group(read_sysfs_ib(sysfs_root, now), now)
+    except SourceUnavailable as exc:
+        return [], _unknown("ib", exc.reason), []
+
+
+def check_pcie(sysfs_root: Path, now: float) -> Group:
+    from minutiae.sources.sysfs_pcie import read_sysfs_pcie
+
+    try:
+        return _group(read_sysfs_pcie(sysfs_root, time=now), now)
+    except SourceUnavailable as exc:
+        return [], _unknown("pcie", exc.reason), []
+
+
+_CHECK_OF = {"gpu": "gpu", "node": "gpu", "ib": "ib", "pcie": "pcie"}
+
+
+def counter_findings(
+    observations: Sequence[Observation],
+    previous: Previous,
+    now: float,
+    extra: Mapping[str, Mapping[str, Scalar]],
+) -> dict[str, list[Finding]]:
+    """Counter-rule findings grouped by check name."""
+    ctx = context(observations, previous, now, extra)
+    out: dict[str, list[Finding]] = {}
+    for f in evaluate(counter_rules(), ctx):
+        prefix = (f.component or "node").split(":", 1)[0]
+        out.setdefault(_CHECK_OF.get(prefix, prefix), []).append(f)
+    return out
+
+
+def check_kernel_log(path: Path, year: int | None) -> CheckResult:
+    """Kernel-log findings of ``path`` (since boot for /dev/kmsg) through the kernel-log rules."""
+    from minutiae.checks.node import status_of
+    from minutiae.sources.kmsg import read_kernel_log
+
+    try:
+        from minutiae.checks.logrules import findings_from_events
+        from minutiae.parsers.kernel_log import parse_chunks
+    except ImportError as exc:  # the kernel-log rules are not installed in this build
+        return _unknown("kernel_log", f"kernel-log rules unavailable ({exc})")
+    try:
+        chunks = read_kernel_log(path)
+        events = list(parse_chunks(chunks, year=year))
+        findings = tuple(findings_from_events(events))
+    except SourceUnavailable as exc:
+        return _unknown("kernel_log", exc.reason)
+    except (InputError, MinutiaeError) as exc:
+        return _unknown("kernel_log", str(exc))
+    return CheckResult("kernel_log", status_of(findings), findings, None, len(events))

@@ -1,0 +1,27 @@
+"""Reads a captured ``nvidia-smi -q -x`` (XML) or ``nvidia-smi -q`` (text) file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from minutiae.errors import InputError
+from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
+from minutiae.parsers.nvidia_smi_xml import parse_nvidia_smi_xml
+from minutiae.parsers.snapshot import Snapshot
+
+MAX_BYTES = 64 * 1024 * 1024
+
+
+def read_nvidia_smi_file(path: Path) -> Snapshot:
+    """Parse ``path`` as XML when it starts with ``<`` (after whitespace/BOM), else as text.
+    Raises ``InputError``/``ParseError`` naming the path."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", str(path)) from None
+    if len(data) > MAX_BYTES:
+        raise InputError(f"larger than {MAX_BYTES} bytes; not an nvidia-smi capture", str(path))
+    if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+        return parse_nvidia_smi_xml(data, str(path))
+    return parse_nvidia_smi_text(data.decode("utf-8", errors="replace"), str(path))
