@@ -1,0 +1,207 @@
+"""Straggler detection in a synchronous job: compare every rank with the peers doing the same
+work, run a sequential test per rank, locate and cost what it finds.
+
+Pipeline: ``stragglers_prep.prepare`` (long table -> dense matrices, every repair reported) ->
+``StragglerAnalysis`` (calibrate on the first ``warmup`` steps: peer groups, robust noise,
+thresholds from the false-alarm target; then ``update`` block by block or step by step) ->
+``report`` (``stragglers_locate``: rank -> GPU -> node -> leaf; slowdown with a 95 % interval;
+cost in GPU-hours per day). ``analyse`` is the whole-file form; ``--follow`` feeds the same
+object one step at a time.
+
+Collective wait: with section timings, ``compute`` is the step minus its collective sections
+(the slow rank is the one that waits least, so its compute stands out), and each rank's own
+communication time is its collective time minus the wait for the slowest peer of its group
+(``max_group(compute) - compute``). With only step totals, ``seconds`` is taken as the rank's
+own work (as StepTimer records when sections are not used: say so in the job).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from minutiae.analyses.stragglers_calib import (
+    NOISE_FLOOR,
+    design,
+    infer_groups,
+    robust_sigma,
+    spike_false_alarm_rate,
+)
+from minutiae.analyses.stragglers_detect import SeriesDetector, peer_log_ratio
+from minutiae.analyses.stragglers_locate import RankMeta, locate
+from minutiae.analyses.stragglers_prep import TimingMatrix
+from minutiae.analyses.stragglers_types import Basis, StoppedRank, StragglerReport
+from minutiae.errors import DataError
+
+MIN_RANKS = 3
+MIN_GROUP = 3
+DEFAULT_RANKS_PER_NODE = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """``warmup``: steps used to calibrate; ``false_alarms``: target per 1,000 node-days;
+    ``stopped_after``: steps without a row before a rank counts as stopped."""
+
+    warmup: int = 20
+    false_alarms: float = 0.1
+    ranks_per_node: int | None = None
+    stopped_after: int = 3
+    block: int = 128
+
+
+def _members(groups: np.ndarray) -> list[np.ndarray]:
+    return [np.flatnonzero(groups == g) for g in range(int(groups.max()) + 1)]
+
+
+def _group_sigma(x: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, float]:
+    members = _members(groups)
+    r, _ = peer_log_ratio(x, groups, members)
+    pooled = robust_sigma(r)
+    if not np.isfinite(pooled):
+        pooled = NOISE_FLOOR
+    sig = np.empty(len(members))
+    for g, cols in enumerate(members):
+        v = r[:, cols]
+        s = robust_sigma(v) if np.isfinite(v).sum() >= 30 else pooled
+        sig[g] = max(s if np.isfinite(s) else pooled, NOISE_FLOOR)
+    z = np.abs(r) / sig[groups]
+    finite = np.isfinite(z)
+    spikes = float((z[finite] > 5.0).mean()) if finite.any() else 0.0
+    return sig, spikes
+
+
+def _group_max(x: np.ndarray, groups: np.ndarray, members: list[np.ndarray]) -> np.ndarray:
+    out = np.empty_like(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for cols in members:
+            out[:, cols] = np.nanmax(x[:, cols], axis=1)[:, None]
+    return out
+
+
+class StragglerAnalysis:
+    """Calibrated on ``warm`` (the first steps); then ``update`` with later steps in order."""
+
+    def __init__(self, warm: TimingMatrix, options: Options = Options(), where: str = "") -> None:
+        n_r = warm.ranks.size
+        if n_r < MIN_RANKS:
+            raise DataError(f"{n_r} rank(s): at least {MIN_RANKS} are needed to compare peers "
+                            "(a Megatron log needs --timing-log-option all for per-rank times)",
+                            where or None)
+        if warm.steps.size < 3:
+            raise DataError(f"only {warm.steps.size} step(s): at least 3 are needed", where or None)
+        self.options = options
+        self.where = where
+        self.warnings = list(warm.warnings)
+        self.basis = warm.basis
+        self.meta = RankMeta(warm.ranks, warm.node, warm.gpu, warm.leaf)
+        self.groups, self.grouping = self._groups(warm)
+        self.members = _members(self.groups)
+        sig, spikes = _group_sigma(warm.compute, self.groups)
+        self.noise = float(np.median(sig[self.groups]))
+        rpn = options.ranks_per_node or self._ranks_per_node(warm)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            step_s = float(np.nanmedian(warm.total))
+        if not np.isfinite(step_s) or step_s <= 0:
+            raise DataError("no positive step durations in the first steps", where or None)
+        self.has_comm = warm.comm is not None
+        self.design = design(options.false_alarms, step_s, rpn, 2 if self.has_comm else 1)
+        if spike_false_alarm_rate(spikes) > self.design.detectors[0].alpha:
+            self.warnings.append(
+                f"one-step spikes (GC, loader) on {spikes:.2%} of rank-steps: above the "
+                f"false-alarm budget's assumption; expect more than "
+                f"{options.false_alarms} false alarms per 1,000 node-days")
+        self.compute = SeriesDetector(self.groups, sig, self.design)
+        self.comm: SeriesDetector | None = None
+        if warm.comm is not None:
+            own = self._own_comm(warm)
+            csig, _ = _group_sigma(own, self.groups)
+            self.comm = SeriesDetector(self.groups, csig, self.design)
+        self.steps_seen: list[np.ndarray] = []
+        self.total_medians: list[float] = []
+
+    def _groups(self, warm: TimingMatrix) -> tuple[np.ndarray, str]:
+        if warm.stage is not None:
+            groups, how = warm.stage, "by stage column"
+        else:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore", RuntimeWarning)
+                logx = np.log(warm.compute)
+                levels = np.nanmedian(logx - np.nanmedian(logx, axis=1, keepdims=True), axis=0)
+            groups, how = infer_groups(levels)
+        sizes = np.bincount(groups)
+        small = np.flatnonzero((sizes > 0) & (sizes < MIN_GROUP))
+        if small.size:
+            self.warnings.append(f"{small.size} peer group(s) with fewer than {MIN_GROUP} ranks "
+                                 "compared with all ranks instead (stage imbalance may show)")
+            groups = np.where(np.isin(groups, small), -1, groups)
+        _, groups = np.unique(groups, return_inverse=True)
+        return groups.astype(np.int64), how
+
+    def _ranks_per_node(self, warm: TimingMatrix) -> int:
+        nodes = [n for n in warm.node if n is not None]
+        if not nodes:
+            self.warnings.append(f"no node column: {DEFAULT_RANKS_PER_NODE} ranks per node "
+                                 "assumed for the false-alarm budget")
+            return DEFAULT_RANKS_PER_NODE
+        _, counts = np.unique(np.array(nodes), return_counts=True)
+        return max(int(np.median(counts)), 1)
+
+    def _own_comm(self, m: TimingMatrix) -> np.ndarray:
+        assert m.comm is not None
+        wait = _group_max(m.compute, self.groups, self.members) - m.compute
+        own = m.comm - wait
+        return np.where(own > 0, own, np.nan).astype(np.float32)
+
+    def update(self, m: TimingMatrix) -> None:
+        if m.ranks.size != self.meta.ranks.size or not np.array_equal(m.ranks, self.meta.ranks):
+            raise DataError("rank set changed after calibration", self.where or None)
+        self.compute.update(m.compute, m.steps)
+        if self.comm is not None and m.comm is not None:
+            self.comm.update(self._own_comm(m), m.steps)
+        self.steps_seen.append(m.steps)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            self.total_medians.extend(np.nanmedian(m.total, axis=1).tolist())
+        for w in m.warnings:
+            if w not in self.warnings:
+                self.warnings.append(w)
+
+    def report(self) -> StragglerReport:
+        steps = np.concatenate(self.steps_seen) if self.steps_seen else np.zeros(0, np.int64)
+        total = float(np.nanmedian(self.total_medians)) if self.total_medians else float("nan")
+        comp_share = min(self.compute.typical_seconds() / total, 1.0) if total > 0 else 1.0
+        comm_share = (min(self.comm.typical_seconds() / total, 1.0)
+                      if self.comm is not None and total > 0 else 0.0)
+        n = self.meta.ranks.size
+        suspects = locate(self.meta, self.compute.alarms(),
+                          self.comm.alarms() if self.comm is not None else None, self.basis,
+                          (comp_share, comm_share), n)
+        stopped = []
+        if steps.size:
+            last = self.compute.last_step
+            after = steps.size - np.searchsorted(steps, last, side="right")
+            for i in np.flatnonzero((last >= 0) & (after >= self.options.stopped_after)).tolist():
+                stopped.append(StoppedRank(int(self.meta.ranks[i]), self.meta.node[i],
+                                           int(last[i]), int(steps[-1])))
+            silent = np.flatnonzero(last < 0)
+            if silent.size:
+                self.warnings.append(f"{silent.size} rank(s) never had a usable duration")
+        bases = (self.basis,) + ((Basis.COMMUNICATION,) if self.comm is not None else ())
+        return StragglerReport(
+            suspects=tuple(suspects), stopped=tuple(stopped), warnings=tuple(self.warnings),
+            ranks=n, steps=int(steps.size), first_step=int(steps[0]) if steps.size else -1,
+            last_step=int(steps[-1]) if steps.size else -1, job_gpus=n, grouping=self.grouping,
+            groups=len(self.members), noise=self.noise, bases=bases, design=self.design)
+
+
+def analyse(m: TimingMatrix, options: Options = Options(), where: str = "") -> StragglerReport:
+    """The whole-file analysis: calibrate on the first ``warmup`` steps, then test every step."""
+    analysis = StragglerAnalysis(m.slice(0, options.warmup), options, where)
+    for start in range(0, m.steps.size, options.block):
+        analysis.update(m.slice(start, start + options.block))
+    return analysis.report()

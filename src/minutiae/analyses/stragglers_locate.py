@@ -1,0 +1,140 @@
+"""Localisation: from alarmed ranks to the GPU, node, link or leaf switch to blame.
+
+Rules (documented in docs/stragglers.md):
+- compute alarms on at least 75 % of a node's ranks (and at least two) -> the node;
+  otherwise each alarmed rank -> its GPU;
+- communication-only alarms: when at least half of a node's ranks alarm the node counts as
+  comm-slow; comm-slow nodes covering at least 75 % (and at least two) of the job's nodes under
+  one leaf switch -> the leaf; other comm-slow nodes -> that node's link; single ranks -> the
+  GPU's own link (NIC rail). A rank with a compute alarm is never also blamed on the network.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from minutiae.analyses.stragglers_detect import Alarms
+from minutiae.analyses.stragglers_types import Basis, Scope, Suspect
+
+NODE_SHARE = 0.75
+COMM_NODE_SHARE = 0.5
+LEAF_SHARE = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class RankMeta:
+    ranks: np.ndarray
+    node: tuple[str | None, ...]
+    gpu: np.ndarray
+    leaf: tuple[str | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Hit:
+    i: int
+    slowdown: float
+    lo: float
+    hi: float
+    since: int
+    detected: int
+    detector: str
+    score: float
+
+
+def _hits(a: Alarms) -> dict[int, _Hit]:
+    out = {}
+    for j, i in enumerate(a.index.tolist()):
+        m, se = float(a.mean_log_ratio[j]), float(a.se_log_ratio[j])
+        out[i] = _Hit(i, float(np.expm1(m)), float(np.expm1(m - 1.96 * se)),
+                      float(np.expm1(m + 1.96 * se)), int(a.since_step[j]),
+                      int(a.detected_step[j]), "fast" if a.detector[j] == 0 else "slow",
+                      float(a.score[j]))
+    return out
+
+
+def _suspect(meta: RankMeta, hits: list[_Hit], scope: Scope, component: str, basis: Basis,
+             share: float, job_gpus: int) -> Suspect:
+    worst = max(hits, key=lambda h: h.slowdown)
+    slowdown = float(np.median([h.slowdown for h in hits]))
+    if len(hits) == 1:
+        lo, hi = worst.lo, worst.hi
+    else:
+        lo, hi = float(np.median([h.lo for h in hits])), float(np.median([h.hi for h in hits]))
+    job = max(worst.slowdown, 0.0) * share
+    i = worst.i
+    node = meta.node[i]
+    return Suspect(
+        rank=int(meta.ranks[i]), node=node,
+        gpu=int(meta.gpu[i]) if meta.gpu[i] >= 0 and scope in (Scope.GPU, Scope.LINK) else None,
+        leaf=meta.leaf[i], scope=scope, component=component,
+        ranks=tuple(sorted(int(meta.ranks[h.i]) for h in hits)), basis=basis,
+        slowdown=slowdown, ci_low=lo, ci_high=hi, since_step=int(np.median([h.since for h in hits])),
+        detected_step=min(h.detected for h in hits), detector=worst.detector,
+        score=max(h.score for h in hits), job_slowdown=job, gpu_hours_per_day=job * job_gpus * 24)
+
+
+def _gpu_label(meta: RankMeta, i: int, prefix: str) -> str:
+    node = meta.node[i]
+    if node is None:
+        return f"rank:{int(meta.ranks[i])}"
+    return f"{prefix}:{node}/{int(meta.gpu[i])}" if meta.gpu[i] >= 0 else f"{prefix}:{node}/rank{int(meta.ranks[i])}"
+
+
+def locate(meta: RankMeta, compute: Alarms, comm: Alarms | None, basis: Basis,
+           shares: tuple[float, float], job_gpus: int) -> list[Suspect]:
+    """Suspects, most expensive first. ``shares`` = (compute, comm) fraction of the step."""
+    by_node: dict[str | None, list[int]] = defaultdict(list)
+    for i, n in enumerate(meta.node):
+        by_node[n].append(i)
+    out: list[Suspect] = []
+    chits = _hits(compute)
+    done: set[int] = set()
+    for node, members in by_node.items():
+        hit = [chits[i] for i in members if i in chits]
+        if node is not None and len(hit) >= 2 and len(hit) >= NODE_SHARE * len(members):
+            out.append(_suspect(meta, hit, Scope.NODE, f"node:{node}", basis, shares[0], job_gpus))
+            done.update(h.i for h in hit)
+    for i, h in chits.items():
+        if i not in done:
+            out.append(_suspect(meta, [h], Scope.GPU, _gpu_label(meta, i, "gpu"), basis,
+                                shares[0], job_gpus))
+    if comm is not None:
+        out += _locate_comm(meta, {i: h for i, h in _hits(comm).items() if i not in chits},
+                            by_node, shares[1], job_gpus)
+    out.sort(key=lambda s: (-s.gpu_hours_per_day, s.rank))
+    return out
+
+
+def _locate_comm(meta: RankMeta, hits: dict[int, _Hit], by_node: dict[str | None, list[int]],
+                 share: float, job_gpus: int) -> list[Suspect]:
+    out: list[Suspect] = []
+    slow_nodes: dict[str, list[_Hit]] = {}
+    for node, members in by_node.items():
+        hit = [hits[i] for i in members if i in hits]
+        if node is not None and hit and len(hit) >= COMM_NODE_SHARE * len(members):
+            slow_nodes[node] = hit
+    leaf_nodes: dict[str, set[str]] = defaultdict(set)
+    for i, leaf in enumerate(meta.leaf):
+        if leaf is not None and meta.node[i] is not None:
+            leaf_nodes[leaf].add(meta.node[i])  # type: ignore[arg-type]
+    used: set[str] = set()
+    for leaf, nodes in leaf_nodes.items():
+        slow = [n for n in nodes if n in slow_nodes]
+        if len(slow) >= 2 and len(slow) >= LEAF_SHARE * len(nodes):
+            hit = [h for n in slow for h in slow_nodes[n]]
+            out.append(_suspect(meta, hit, Scope.LEAF, f"leaf:{leaf}", Basis.COMMUNICATION,
+                                share, job_gpus))
+            used.update(slow)
+    for node, hit in slow_nodes.items():
+        if node not in used:
+            out.append(_suspect(meta, hit, Scope.LINK, f"link:{node}", Basis.COMMUNICATION,
+                                share, job_gpus))
+            used.add(node)
+    for i, h in hits.items():
+        if meta.node[i] not in used:
+            out.append(_suspect(meta, [h], Scope.LINK, _gpu_label(meta, i, "link"),
+                                Basis.COMMUNICATION, share, job_gpus))
+    return out

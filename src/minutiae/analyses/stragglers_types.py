@@ -1,0 +1,172 @@
+"""Records produced by the straggler analysis (what each score means is documented here)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class Scope(Enum):
+    """Where the slowness is: one GPU, every GPU of a node, one node's network link, or the
+    nodes under one leaf switch (communication only)."""
+
+    GPU = "gpu"
+    NODE = "node"
+    LINK = "link"
+    LEAF = "leaf"
+
+
+class Basis(Enum):
+    """Which timing revealed it: ``compute`` (compute sections, or step minus collective
+    sections), ``communication`` (the rank's own time inside collectives once the wait for the
+    slowest peer is removed) or ``step`` (only step totals were given: taken as the rank's work)."""
+
+    COMPUTE = "compute"
+    COMMUNICATION = "communication"
+    STEP = "step"
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorDesign:
+    """One one-sided CUSUM on standardised log-ratios ``z`` (see ``stragglers_calib``).
+
+    ``k`` is the reference value (half the shift in noise units it is tuned for), ``h`` the alarm
+    threshold solved from the false-alarm budget ``alpha`` (per rank and step), ``clip`` the
+    winsorisation of each increment, ``confirm`` whether the increment is ``min(z_t, z_{t-1})``
+    (a one-step spike never counts)."""
+
+    name: str
+    k: float
+    h: float
+    clip: float
+    confirm: bool
+    alpha: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "k": self.k, "h": round(self.h, 4), "clip": round(self.clip, 4),
+                "confirm": self.confirm, "alpha_per_rank_step": self.alpha}
+
+
+@dataclass(frozen=True, slots=True)
+class Design:
+    """The thresholds derived from the target false-alarm rate.
+
+    ``alpha`` (per rank and step) = target per node-day x step seconds / (86,400 x ranks per node),
+    shared equally by the detectors of every timing basis analysed."""
+
+    target_per_1000_node_days: float
+    step_seconds: float
+    ranks_per_node: int
+    alpha: float
+    detectors: tuple[DetectorDesign, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target_false_alarms_per_1000_node_days": self.target_per_1000_node_days,
+            "step_seconds": self.step_seconds, "ranks_per_node": self.ranks_per_node,
+            "alpha_per_rank_step": self.alpha,
+            "detectors": [d.to_json() for d in self.detectors],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    """One located straggler.
+
+    - ``rank``: the representative rank (the slowest one of ``ranks`` when several);
+    - ``component``: ``gpu:<node>/<gpu>``, ``node:<node>``, ``link:<node>``, ``leaf:<leaf>`` or
+      ``rank:<rank>`` when the input names no node;
+    - ``slowdown``: how much slower than its peers doing the same work the rank is on ``basis``
+      (0.05 = 5 % slower), the geometric mean of its per-step ratio to the peer median since
+      ``since_step``; ``ci_low``/``ci_high`` the 95 % confidence interval of that figure;
+    - ``since_step``: the estimated first slow step (CUSUM change-point estimate);
+      ``detected_step``: the step at which the sequential test crossed its threshold;
+    - ``score``: the test statistic over its threshold at detection (>= 1 by construction);
+    - ``job_slowdown``: the extra step time the whole synchronous job pays, as a fraction of a
+      step (``slowdown`` x this basis' share of the step);
+    - ``gpu_hours_per_day``: cost of keeping it = ``job_slowdown`` x job GPUs x 24 h.
+    """
+
+    rank: int
+    node: str | None
+    gpu: int | None
+    leaf: str | None
+    scope: Scope
+    component: str
+    ranks: tuple[int, ...]
+    basis: Basis
+    slowdown: float
+    ci_low: float
+    ci_high: float
+    since_step: int
+    detected_step: int
+    detector: str
+    score: float
+    job_slowdown: float
+    gpu_hours_per_day: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "node": self.node, "gpu": self.gpu, "leaf": self.leaf,
+            "scope": self.scope.value, "component": self.component, "ranks": list(self.ranks),
+            "basis": self.basis.value, "slowdown": _r(self.slowdown),
+            "slowdown_ci": [_r(self.ci_low), _r(self.ci_high)], "since_step": self.since_step,
+            "detected_step": self.detected_step, "detector": self.detector,
+            "score": _r(self.score), "job_slowdown": _r(self.job_slowdown),
+            "gpu_hours_per_day": _r(self.gpu_hours_per_day, 2),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StoppedRank:
+    """A rank that stopped reporting: its last step is ``last_step`` while the job went on to
+    ``job_last_step`` (a hang, a crash or a lost logger: a finding in itself)."""
+
+    rank: int
+    node: str | None
+    last_step: int
+    job_last_step: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node": self.node, "last_step": self.last_step,
+                "job_last_step": self.job_last_step}
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerReport:
+    """The analysis of one job.
+
+    ``noise`` is the robust per-rank step-to-step noise (1.4826 x MAD of the log-ratio to the
+    peer median, a fraction: 0.02 = 2 %); ``grouping`` says how peers were chosen; ``warnings``
+    lists every input problem that was repaired or skipped (never silent)."""
+
+    suspects: tuple[Suspect, ...]
+    stopped: tuple[StoppedRank, ...]
+    warnings: tuple[str, ...]
+    ranks: int
+    steps: int
+    first_step: int
+    last_step: int
+    job_gpus: int
+    grouping: str
+    groups: int
+    noise: float
+    bases: tuple[Basis, ...]
+    design: Design
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "suspects": [s.to_json() for s in self.suspects],
+            "stopped": [s.to_json() for s in self.stopped],
+            "warnings": list(self.warnings),
+            "ranks": self.ranks, "steps": self.steps, "first_step": self.first_step,
+            "last_step": self.last_step, "job_gpus": self.job_gpus, "grouping": self.grouping,
+            "groups": self.groups, "noise": _r(self.noise), "bases": [b.value for b in self.bases],
+            "design": self.design.to_json(),
+        }
+
+
+def _r(x: float, nd: int = 4) -> float | None:
+    return None if not math.isfinite(x) else round(float(x), nd)
