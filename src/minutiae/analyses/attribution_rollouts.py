@@ -1,0 +1,124 @@
+"""Fleet attribution: was a rollout (a version changing on a set of nodes over time) the cause of
+a change in speed, across every job that touched those nodes? (pure)
+
+Each rollout becomes a run-level exposure: ``any`` (some node of the run had the new version when
+it ran: how a synchronous job feels a slowdown) and ``all`` (every node had it: how it gains a
+speed-up). All rollouts are fitted jointly with signature fixed effects
+(:func:`minutiae.analyses.attribution_stats.fe_joint`), so two rollouts that overlapped in time are
+told apart by the nodes they touched. Without a rollouts file, rollouts are inferred from the
+runs' own attribute columns (every version first seen after the start of the history).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from minutiae.analyses.attribution_stats import Effect, Panel, fe_joint, make_panel
+from minutiae.history.record import RunRecord
+from minutiae.history.rollouts import Rollout
+
+WEEK = 7 * 86400.0
+#: family-wise false-alarm rate over all rollouts tested (Bonferroni)
+ALPHA = 0.01
+#: smallest effect we call a cause (fraction)
+MIN_EFFECT = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutVerdict:
+    """``effect``: step-time change of exposed runs (fraction, + = slower) net of the other
+    rollouts; ``exposure``: ``any`` or ``all`` (which fitted better); ``cause``: significant
+    after Bonferroni over all rollouts and at least ``MIN_EFFECT``; ``gpu_hours_per_week``: GPU-hours
+    the change costs (+) or saves (−) per week over the exposed runs since the rollout started
+    (None when runs lack GPU counts or durations); ``runs_exposed``: runs that met it."""
+
+    name: str
+    attr: str
+    old: str
+    new: str
+    start: float
+    nodes: int
+    exposure: str
+    effect: Effect | None
+    cause: bool
+    gpu_hours_per_week: float | None
+    runs_exposed: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "attr": self.attr, "old": self.old, "new": self.new,
+                "start": self.start, "nodes": self.nodes, "exposure": self.exposure,
+                "effect": self.effect.to_json() if self.effect else None, "cause": self.cause,
+                "gpu_hours_per_week": None if self.gpu_hours_per_week is None
+                else round(self.gpu_hours_per_week, 2),
+                "runs_exposed": self.runs_exposed}
+
+
+def _exposure_from_nodes(panel: Panel, ro: Rollout) -> tuple[np.ndarray, np.ndarray]:
+    anyx = np.zeros(len(panel.runs))
+    allx = np.zeros(len(panel.runs))
+    for j, r in enumerate(panel.runs):
+        if not r.nodes:
+            continue
+        on = [ro.at.get(nd, math.inf) <= r.time for nd in r.nodes]
+        anyx[j], allx[j] = float(any(on)), float(all(on))
+    return anyx, allx
+
+
+def infer_rollouts(runs: Sequence[RunRecord]) -> list[Rollout]:
+    """Rollouts implied by attribute columns: each version first seen after the earliest value of
+    its attribute (node times unknown: ``at`` is empty, ``start`` is the first run with it)."""
+    first: dict[tuple[str, str], float] = {}
+    for r in sorted(runs, key=lambda r: r.time):
+        for k, vals in r.attrs.items():
+            for v in vals:
+                first.setdefault((k, v), r.time)
+    out = []
+    for k in sorted({k for k, _ in first}):
+        seq = sorted((t, v) for (kk, v), t in first.items() if kk == k)
+        for (_, prev), (t, v) in zip(seq[:-1], seq[1:], strict=True):
+            out.append(Rollout(k, prev, v, t, t, {}))
+    return out
+
+
+def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | None = None,
+                       ) -> list[RolloutVerdict]:
+    """Test every rollout as a cause (``rollouts`` None: inferred from attribute columns)."""
+    panel = make_panel(runs)
+    ros = list(rollouts) if rollouts is not None else infer_rollouts(panel.runs)
+    if not ros:
+        return []
+    n = len(panel.runs)
+    anys, alls = [], []
+    for ro in ros:
+        if ro.at and any(r.nodes for r in panel.runs):
+            a, b = _exposure_from_nodes(panel, ro)
+        else:
+            a = np.fromiter((ro.new in r.attrs.get(ro.attr, ()) for r in panel.runs), dtype=float, count=n)
+            b = np.fromiter((r.attrs.get(ro.attr, frozenset()) == {ro.new} for r in panel.runs),
+                            dtype=float, count=n)
+        anys.append(a)
+        alls.append(b)
+    fit_any = fe_joint(panel, np.column_stack(anys))
+    fit_all = fe_joint(panel, np.column_stack(alls))
+    t_end = float(panel.t.max())
+    hours = np.array([r.gpu_hours() if r.gpu_hours() is not None else np.nan for r in panel.runs])
+    out = []
+    for i, ro in enumerate(ros):
+        ea, el = fit_any[i], fit_all[i]
+        use_all = el is not None and (ea is None or abs(math.log1p(el.change)) / el.se
+                                      > abs(math.log1p(ea.change)) / ea.se)
+        eff, x = (el, alls[i]) if use_all else (ea, anys[i])
+        cause = bool(eff is not None and eff.p_value < ALPHA / len(ros) and abs(eff.change) >= MIN_EFFECT)
+        cost = None
+        if eff is not None and not np.isnan(hours[x > 0]).any():
+            weeks = max((t_end - ro.start) / WEEK, 1.0 / 7.0)
+            frac = eff.change / (1.0 + eff.change)   # share of an exposed run's time due to it
+            cost = float((hours * x)[x > 0].sum() * frac / weeks)
+        out.append(RolloutVerdict(ro.name, ro.attr, ro.old, ro.new, ro.start, len(ro.at),
+                                  "all" if use_all else "any", eff, cause, cost, int((x > 0).sum())))
+    return sorted(out, key=lambda v: (not v.cause, -(abs(v.effect.change) if v.effect else 0.0)))
