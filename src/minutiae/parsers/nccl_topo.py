@@ -212,8 +212,8 @@ def parse_nccl_topo(data: str | bytes, where: str | None = None) -> NodeTopology
     for g, d in zip(gpus, gpus_d, strict=True):
         for n in nics:
             gpu_nic[(g.index, n.name)] = classify(d.place, nic_places[n.name])
-        for nv, dn in zip(nvmes, [x for x in devs if x.kind == "nvme"], strict=True):
-            gpu_nvme[(g.index, nv.name)] = classify(d.place, dn.place)
+        for drive, dn in zip(nvmes, [x for x in devs if x.kind == "nvme"], strict=True):
+            gpu_nvme[(g.index, drive.name)] = classify(d.place, dn.place)
     if not gpus:
         missing.append("no GPU in this file")
     missing.append("NIC link state, driver and firmware are not in NCCL topology XML")

@@ -12,7 +12,7 @@ import re
 from enum import Enum
 
 from minutiae.errors import ParseError
-from minutiae.model.topology import NodeTopology
+from minutiae.model.topology import NodeTopology, PathType
 from minutiae.parsers.hwloc_xml import parse_hwloc_xml
 from minutiae.parsers.nccl_topo import parse_nccl_topo
 from minutiae.parsers.topo_matrix import looks_like_topo_matrix, parse_topo_matrix
@@ -64,3 +64,20 @@ def parse_topology(data: bytes, where: str | None = None) -> NodeTopology:
             raise ParseError(f"not valid JSON ({exc})", where) from None
         return topology_from_json(obj, where)
     return parse_topo_matrix(data.decode("utf-8", errors="replace"), where)
+
+
+def merge_matrix(base: NodeTopology, matrix: NodeTopology) -> NodeTopology:
+    """Add what ``nvidia-smi topo -m`` knows and sysfs does not (NVLink peers; GPU↔NIC path
+    types where sysfs could not place a NIC) to a sysfs topology, GPU by index."""
+    from dataclasses import replace
+
+    by_idx = {g.index: g for g in matrix.gpus}
+    gpus = tuple(replace(g, nvlinks=by_idx[g.index].nvlinks) if g.index in by_idx else g
+                 for g in base.gpus)
+    gpu_nic = dict(base.gpu_nic)
+    for key, path in matrix.gpu_nic.items():
+        if gpu_nic.get(key) in (None, PathType.UNKNOWN) and base.nic(key[1]) is not None:
+            gpu_nic[key] = path
+    missing = tuple(m for m in base.missing if not m.startswith("NVLink peers"))
+    return replace(base, gpus=gpus, gpu_nic=gpu_nic, missing=missing,
+                   source=f"{base.source}+nvidia-smi-topo")

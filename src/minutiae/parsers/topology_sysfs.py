@@ -117,7 +117,7 @@ def topology_from_sysfs(snap: SysfsTopoSnapshot) -> NodeTopology:
         ))
     nics = []
     for ib in sorted(snap.ib, key=lambda x: x.name):
-        d = by_bus.get(ib.busid or "")
+        pd = by_bus.get(ib.busid or "")
         port_no = min(ib.ports) if ib.ports else None
         port = ib.ports.get(port_no, {}) if port_no is not None else {}
         link_layer = (port.get("link_layer") or "").strip() or None
@@ -125,15 +125,15 @@ def topology_from_sysfs(snap: SysfsTopoSnapshot) -> NodeTopology:
         if kind is NicKind.INFINIBAND and link_layer == "Ethernet":
             kind = NicKind.ETHERNET  # RoCE
         nics.append(Nic(
-            name=ib.name, pci=ib.busid, numa=numa_of(d) if d else None, cpus=cpus_of(d),
+            name=ib.name, pci=ib.busid, numa=numa_of(pd) if pd else None, cpus=cpus_of(pd),
             kind=kind, rate_gbps=parse_ib_rate(port.get("rate")),
             state=parse_ib_state(port.get("state")), port=port_no, link_layer=link_layer,
             firmware=(ib.attrs.get("fw_ver") or "").strip() or None,
             netdev=ib.netdevs[0] if ib.netdevs else None,
-            pcie_gen=pcie_gen(d.attrs.get("current_link_speed")) if d else None,
-            pcie_width=(_int(d.attrs.get("current_link_width")) or None) if d else None,
-            pcie_max_gen=pcie_gen(d.attrs.get("max_link_speed")) if d else None,
-            pcie_max_width=(_int(d.attrs.get("max_link_width")) or None) if d else None,
+            pcie_gen=pcie_gen(pd.attrs.get("current_link_speed")) if pd else None,
+            pcie_width=(_int(pd.attrs.get("current_link_width")) or None) if pd else None,
+            pcie_max_gen=pcie_gen(pd.attrs.get("max_link_speed")) if pd else None,
+            pcie_max_width=(_int(pd.attrs.get("max_link_width")) or None) if pd else None,
         ))
     unplaced = [n.name for n in nics if n.pci is None]
     if unplaced:

@@ -164,3 +164,40 @@ def read_capture_bytes(path: Path) -> bytes:
             return fh.read(MAX_CAPTURE)
     except OSError as exc:
         raise InputError(f"cannot read ({exc.strerror or exc})", str(path)) from None
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write a generated file (a learned profile); errors name the path."""
+    p = Path(path)
+    try:
+        p.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write ({exc.strerror or exc})", str(p)) from None
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"no such {what}", str(p)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {what} ({exc})", str(p)) from None
+
+
+def run_nvidia_smi_topo(timeout_s: float = 20.0) -> str | None:
+    """``nvidia-smi topo -m`` on this node, or None when nvidia-smi is absent or fails."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "topo", "-m"], capture_output=True,  # noqa: S603 (argv list)
+                             timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.decode("utf-8", errors="replace")
