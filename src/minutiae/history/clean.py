@@ -78,9 +78,11 @@ def clean_runs(records: Sequence[RunRecord], now: float | None = None,
     if now is not None:
         future = [r.run_id for r in runs if r.time > now + FUTURE_TOLERANCE_S]
         if future:
+            runs = [r for r in runs if r.time <= now + FUTURE_TOLERANCE_S]
             issues.append(HistoryIssue(IssueKind.CLOCK_SKEW,
-                                       f"{len(future)} run(s) time-stamped in the future (clock skew?); "
-                                       "kept, ordered by their stated time", tuple(future[:50])))
+                                       f"{len(future)} run(s) time-stamped in the future (clock skew?) "
+                                       "left out of the analyses: " + ", ".join(future[:10]),
+                                       tuple(future[:50])))
     unset = [r.run_id for r in runs if r.time < CLOCK_UNSET_BEFORE]
     if unset:
         issues.append(HistoryIssue(IssueKind.CLOCK_SKEW,

@@ -1,0 +1,72 @@
+"""``minutiae regress``: change points per signature and rollouts tested as causes. No logic here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from minutiae.cli.regress_common import emit_json, history_options, load, make_console, pct, when
+
+
+@click.command("regress")
+@history_options
+@click.option("--job", default=None, help="only this signature")
+@click.option("--rollouts", "rollouts_path", type=click.Path(path_type=Path), default=None,
+              help="rollouts.csv (time,node,attr,old,new); default: rollouts.csv beside --runs if "
+                   "present, else rollouts inferred from the runs' version columns")
+def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool, job: str | None,
+            rollouts_path: Path | None) -> None:
+    """Find lasting changes in each signature's step time, and which rollout caused fleet changes."""
+    from minutiae.analyses.attribution_rollouts import attribute_rollouts
+    from minutiae.analyses.regress import find_change_points, series_noise
+    from minutiae.history.rollouts import group_rollouts
+    from minutiae.sources.runs_file import read_rollouts
+
+    history = load(runs, db, since, job)
+    if rollouts_path is None and runs is not None and (runs.parent / "rollouts.csv").is_file():
+        rollouts_path = runs.parent / "rollouts.csv"
+    issues = list(history.issues)
+    rollouts = None
+    if rollouts_path is not None:
+        changes, more = read_rollouts(rollouts_path)
+        issues += more
+        rollouts = group_rollouts(changes)
+    cps = find_change_points(history.runs)
+    verdicts = attribute_rollouts(history.runs, rollouts)
+    noise = series_noise(history.runs)
+    if as_json:
+        emit_json({
+            "source": history.origin, "runs": len(history.runs),
+            "rollouts_from": str(rollouts_path) if rollouts_path else "runs attributes",
+            "change_points": [c.to_json() for c in cps],
+            "series": [{"signature": s, "runs": n, "noise": None if v != v else round(v, 6)}
+                       for s, (n, v) in sorted(noise.items())],
+            "rollouts": [v.to_json() for v in verdicts],
+            "issues": [i.to_json() for i in issues],
+        })
+        return
+    console = make_console()
+    t = Table(title=f"Change points ({len(history.runs)} runs, {len(noise)} signatures, {history.origin})")
+    for col in ("signature", "first run after", "when (UTC)", "change", "confidence", "runs before/after",
+                "step time before → after", "noise"):
+        t.add_column(col)
+    for c in cps:
+        style = "red" if c.change > 0 else "green"
+        t.add_row(c.signature, c.run_id, when(c.time), f"[{style}]{pct(c.change)}[/]",
+                  f"{c.confidence:.4f}", f"{c.n_before}/{c.n_after}",
+                  f"{c.before_s:.4g} → {c.after_s:.4g}", pct(c.sigma, signed=False))
+    console.print(t if cps else "No lasting change in any signature's step time.")
+    rt = Table(title=f"Rollouts tested as causes (from {rollouts_path or 'the runs version columns'})")
+    for col in ("rollout", "started", "exposed runs", "effect", "p", "cause?", "GPU-hours/week"):
+        rt.add_column(col)
+    for v in verdicts:
+        e = v.effect
+        rt.add_row(v.name, when(v.start), str(v.runs_exposed), pct(e.change) if e else "untestable",
+                   f"{e.p_value:.2g}" if e else "–", "[bold red]yes[/]" if v.cause else "no",
+                   "–" if v.gpu_hours_per_week is None else f"{v.gpu_hours_per_week:+,.0f}")
+    if verdicts:
+        console.print(rt)
+    for issue in issues:
+        console.print(f"[yellow]note[/]: {issue.message}", highlight=False)
