@@ -1,0 +1,33 @@
+"""``minutiae serve``: the fleet controller (HTTP API + reconcile loop). No logic here."""
+
+from __future__ import annotations
+
+import click
+
+from minutiae.cli.tokens import read_token
+
+
+@click.command("serve")
+@click.option("--listen", default="127.0.0.1:8470", show_default=True, help="HOST:PORT")
+@click.option("--db", default="minutiae-controller.db", show_default=True,
+              help="SQLite store (WAL): reports, memory, audit log")
+@click.option("--policy", "policy_path", default=None, help="policy TOML (default: shipped)")
+@click.option("--backend", type=click.Choice(["dry-run", "slurm", "kubernetes"]),
+              default="dry-run", show_default=True)
+@click.option("--slurm-conf", envvar="SLURM_CONF", default=None, help="slurm.conf for scontrol")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None)
+@click.option("--act/--dry-run", "act", default=None,
+              help="override the policy's dry_run (default: the policy decides; shipped: dry-run)")
+@click.option("--interval", default=2.0, show_default=True,
+              help="seconds between reconcile steps (a health change wakes it at once)")
+@click.option("--token-file", default=None, help="file holding the bearer token "
+              "(else $MINUTIAE_TOKEN)")
+def command(listen: str, db: str, policy_path: str | None, backend: str,
+            slurm_conf: str | None, kubeconfig: str | None, act: bool | None, interval: float,
+            token_file: str | None) -> None:
+    """Run the controller: receive agent reports, reconcile, act through a scheduler backend."""
+    from minutiae.controller.run import serve
+
+    serve(listen=listen, db=db, policy_path=policy_path, backend=backend,
+          slurm_conf=slurm_conf, kubeconfig=kubeconfig, act=act, interval=interval,
+          token=read_token(token_file))

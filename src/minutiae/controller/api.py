@@ -1,0 +1,219 @@
+"""The controller's HTTP API (FastAPI; OpenAPI at ``/docs`` and ``/openapi.json``).
+
+Agent reports, job step timings, ``pause`` and ``unpause`` need ``Authorization: Bearer
+<token>`` (compared in constant time); reads (status, nodes, explain, audit, metrics) do not.
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from pydantic import BaseModel, Field
+
+from minutiae import __version__
+from minutiae.actions.base import make_reason, validate_node
+from minutiae.controller.service import Controller
+from minutiae.errors import AuthError, BackendError, MinutiaeError, ValidationError
+
+MAX_BODY = 1 << 20
+
+
+class FindingIn(BaseModel):
+    kind: str = Field(max_length=64, examples=["xid"])
+    severity: str = Field("info", examples=["critical"])
+    action: str = Field("none", examples=["reboot"])
+    message: str = ""
+    code: int | None = None
+    pci: str | None = None
+    component: str | None = None
+    line: str | None = None
+    rule: str | None = None
+    attrs: dict[str, str | int | float | bool | None] = {}
+
+
+class CheckIn(BaseModel):
+    check: str = Field(examples=["gpu"])
+    status: str = Field(examples=["ok", "warning", "critical", "unknown"])
+    reason: str | None = None
+    observed: int = 0
+    findings: list[FindingIn] = []
+
+
+class ReportIn(BaseModel):
+    """One node's verdict and findings, as ``minutiae agent`` sends it every interval."""
+
+    node: str = Field(examples=["gpu017"])
+    time: float | None = Field(None, description="agent clock (informational; the "
+                               "controller stamps its own receive time)")
+    status: str = Field(examples=["critical"])
+    checks: list[CheckIn] = []
+    findings: list[FindingIn] = []
+    domains: dict[str, str] = Field({}, examples=[{"rack": "r03", "leaf": "leaf1",
+                                                   "nvl_domain": "nvl3"}])
+    agent: dict[str, Any] = {}
+
+
+class StepTiming(BaseModel):
+    step: int
+    seconds: float = Field(ge=0)
+    rank: int | None = None
+    node: str | None = None
+
+
+class TimingsIn(BaseModel):
+    """Per-step timings of a running job (e.g. from a training loop hook)."""
+
+    job: str = Field(max_length=128, examples=["4242"])
+    steps: list[StepTiming] = Field(max_length=100_000)
+
+
+class PauseIn(BaseModel):
+    reason: str = Field(examples=["firmware rollout on rack r03"])
+
+
+def make_app(controller: Controller, token: str, loop_interval: float | None = None) -> FastAPI:
+    """The app. With ``loop_interval`` the reconcile loop runs in a thread for the app's life."""
+    expected = f"Bearer {token}".encode()
+    reg = CollectorRegistry()
+    m_reports = Counter("minutiae_controller_reports", "Agent reports accepted", registry=reg)
+    m_refused = Counter("minutiae_controller_refused", "Requests refused", ["why"], registry=reg)
+    g_nodes = Gauge("minutiae_controller_nodes", "Nodes by health", ["health"], registry=reg)
+    g_paused = Gauge("minutiae_controller_paused", "1 while paused or the breaker is tripped",
+                     registry=reg)
+    g_actions = Gauge("minutiae_controller_actions", "Actions by outcome", ["outcome"],
+                      registry=reg)
+    stop = threading.Event()
+
+    def loop() -> None:
+        assert loop_interval is not None
+        while not stop.is_set():
+            controller.wake.wait(loop_interval)
+            controller.wake.clear()
+            if stop.is_set():
+                break
+            try:
+                controller.step()
+            except Exception as exc:  # keep the loop alive; say what failed
+                controller.problem(f"reconcile step failed: {type(exc).__name__}: {exc}")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        t = None
+        if loop_interval is not None:
+            controller.retry_pending()
+            t = threading.Thread(target=loop, name="minutiae-reconcile", daemon=True)
+            t.start()
+        yield
+        stop.set()
+        controller.wake.set()
+        if t is not None:
+            t.join(timeout=10)
+
+    app = FastAPI(title="minutiae controller", version=__version__, lifespan=lifespan,
+                  description="Fleet health reports in, safe drains/resumes out. "
+                              "See docs/controller.md.")
+
+    def auth(request: Request) -> None:
+        got = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(got, expected):
+            m_refused.labels("token").inc()
+            raise HTTPException(401, "missing or invalid bearer token",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(MinutiaeError)
+    async def _minutiae_error(request: Request, exc: MinutiaeError) -> JSONResponse:
+        code = 401 if isinstance(exc, AuthError) else 404 if isinstance(exc, BackendError) \
+            else 422
+        m_refused.labels(type(exc).__name__).inc()
+        return JSONResponse({"detail": str(exc)}, status_code=code)
+
+    @app.middleware("http")
+    async def _limit(request: Request, call_next: Any) -> Any:
+        cl = request.headers.get("content-length")
+        if cl is not None and cl.isdigit() and int(cl) > MAX_BODY:
+            m_refused.labels("too_large").inc()
+            return JSONResponse({"detail": f"body over {MAX_BODY} bytes"}, status_code=413)
+        return await call_next(request)
+
+    @app.post("/v1/reports", status_code=202, dependencies=[Depends(auth)],
+              summary="An agent's report (verdict + findings) for one node")
+    async def post_report(report: ReportIn) -> dict[str, Any]:
+        rep = controller.ingest(report.model_dump())
+        m_reports.inc()
+        return {"node": rep.node, "accepted": True, "received": rep.time}
+
+    @app.post("/v1/echo", dependencies=[Depends(auth)], include_in_schema=False)
+    async def echo(report: ReportIn) -> dict[str, Any]:
+        """Benchmark baseline: same auth and body parsing, no controller work."""
+        return {"node": report.node, "accepted": True}
+
+    @app.post("/v1/timings", status_code=202, dependencies=[Depends(auth)],
+              summary="Step timings of a running job")
+    async def post_timings(t: TimingsIn) -> dict[str, Any]:
+        now = controller.clock.now()
+        rows = []
+        for s in t.steps:
+            if s.node is not None:
+                validate_node(s.node)
+            rows.append((t.job, s.step, s.rank, s.node, s.seconds, now))
+        controller.store.save_timings(rows)
+        return {"job": t.job, "accepted": len(rows)}
+
+    @app.post("/v1/pause", dependencies=[Depends(auth)], summary="Stop acting (with a reason)")
+    async def pause(p: PauseIn) -> dict[str, Any]:
+        reason = make_reason(p.reason)
+        controller.pause(reason)
+        return {"paused": True, "reason": reason}
+
+    @app.post("/v1/unpause", dependencies=[Depends(auth)],
+              summary="Resume acting; also re-arms a tripped storm breaker")
+    async def unpause() -> dict[str, Any]:
+        controller.unpause()
+        return {"paused": False}
+
+    @app.get("/v1/status", summary="Fleet summary, pause/breaker state, recent problems")
+    async def status() -> dict[str, Any]:
+        return controller.status()
+
+    @app.get("/v1/nodes", summary="Every reporting node with health and scheduler state")
+    async def nodes() -> list[dict[str, Any]]:
+        return controller.node_rows()
+
+    @app.get("/v1/nodes/{node}/explain",
+             summary="Why a node is drained: evidence, rule, budget decision, undo command")
+    async def explain(node: str) -> dict[str, Any]:
+        try:
+            validate_node(node)
+        except ValidationError as exc:
+            raise HTTPException(422, str(exc)) from None
+        return controller.explain(node)
+
+    @app.get("/v1/audit", summary="The audit log, newest first")
+    async def audit(node: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        if node is not None:
+            validate_node(node)
+        return [r.to_json() for r in controller.store.audit(node=node, limit=min(limit, 10000))]
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, Any]:
+        return {"ok": True, "last_step": controller.last_step}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> PlainTextResponse:
+        st = controller.status()
+        for h, n in st["health"].items():
+            g_nodes.labels(h).set(n)
+        g_paused.set(1 if st["paused"] else 0)
+        g_actions.labels("done").set(st["counters"]["actions_done"])
+        g_actions.labels("failed").set(st["counters"]["actions_failed"])
+        return PlainTextResponse(generate_latest(reg).decode(),
+                                 media_type="text/plain; version=0.0.4")
+
+    return app

@@ -1,0 +1,44 @@
+"""Wiring for ``minutiae serve``: store + policy + backend + controller + uvicorn."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from minutiae.clock import SystemClock
+from minutiae.controller.backends import make_backend
+from minutiae.controller.policy import load_policy
+from minutiae.controller.service import Controller
+from minutiae.controller.store import Store
+from minutiae.errors import ConfigError
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--listen: expected HOST:PORT, got {listen!r}")
+    return host, int(port)
+
+
+def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
+          slurm_conf: str | None, kubeconfig: str | None, act: bool | None, interval: float,
+          token: str) -> None:
+    import uvicorn
+
+    from minutiae.controller.api import make_app
+
+    host, port = parse_listen(listen)
+    if len(token) < 16:
+        raise ConfigError("token: use at least 16 characters")
+    policy = load_policy(policy_path)
+    if act is not None:
+        policy = replace(policy, dry_run=not act)
+    clock = SystemClock()
+    be = make_backend(backend, clock, slurm_conf=slurm_conf, kubeconfig=kubeconfig)
+    if backend == "dry-run":
+        policy = replace(policy, dry_run=True)
+    controller = Controller(Store(db), be, policy, clock)
+    app = make_app(controller, token, loop_interval=interval)
+    mode = "DRY-RUN (nothing reaches the scheduler)" if controller.dry_run else "ACTING"
+    print(f"minutiae serve: {mode}; backend {be.name}; policy {policy.source}; "
+          f"store {db}; http://{host}:{port}", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

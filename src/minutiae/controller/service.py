@@ -1,0 +1,355 @@
+"""The controller service: ingest reports, run the reconcile step, execute the plan through a
+scheduler backend with the audit log written first, recover pending actions on start.
+
+Thread model: HTTP handlers call :meth:`Controller.ingest` (in memory, fast); one loop thread
+calls :meth:`Controller.step` every ``interval`` seconds or as soon as a report changes a node's
+health. Reports are written behind to SQLite once per step (an agent resends within its
+interval, so a crash loses at most one report per node, never an action).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from minutiae.actions.base import NodeSchedState, NodeState, SchedulerBackend
+from minutiae.clock import Clock
+from minutiae.controller.notify_base import Notifier
+from minutiae.controller.policy import Policy
+from minutiae.controller.reconcile import assess, reconcile, with_pause
+from minutiae.controller.state import (
+    ControllerMemory,
+    Decision,
+    FleetState,
+    Health,
+    NodeView,
+    Pause,
+    Plan,
+    Report,
+    Verb,
+)
+from minutiae.controller.store import DONE, DRY_RUN, FAILED, AuditRow, Store
+from minutiae.controller.wire import report_from_json
+from minutiae.errors import BackendError, BackendUnavailable, MinutiaeError
+from minutiae.model import Status
+
+REMEDIATION_KEY = "minutiae.remediation"
+_BUSY = (NodeSchedState.DRAINED, NodeSchedState.DRAINING)
+
+
+@dataclass
+class Counters:
+    reports: int = 0
+    rejected: int = 0
+    steps: int = 0
+    actions_done: int = 0
+    actions_failed: int = 0
+    holds: int = 0
+    problems: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=50))
+
+
+class Controller:
+    def __init__(self, store: Store, backend: SchedulerBackend, policy: Policy, clock: Clock,
+                 *, dry_run: bool | None = None, notifiers: Sequence[Notifier] = (),
+                 sched_ttl_s: float = 30.0) -> None:
+        self.store = store
+        self.backend = backend
+        self.policy = policy
+        self.clock = clock
+        self.dry_run = policy.dry_run if dry_run is None else dry_run
+        self.notifiers = list(notifiers)
+        self.sched_ttl_s = sched_ttl_s
+        self.counters = Counters()
+        self.wake = threading.Event()
+        self._lock = threading.Lock()        # reports and counters
+        self._mem_lock = threading.RLock()   # memory (step vs pause/unpause)
+        self._reports: dict[str, Report] = {}
+        self._raw: dict[str, dict[str, Any]] = {}
+        self._domains: dict[str, dict[str, str]] = {}
+        self._dirty: set[str] = set()
+        self._sched: dict[str, tuple[NodeState | None, float]] = {}
+        self.last_step: float | None = None
+        for node, received, raw, domains in store.load_reports():
+            try:
+                body = json.loads(raw)
+                rep, dom = report_from_json(body, received)
+            except (MinutiaeError, ValueError) as exc:
+                self.problem(f"stored report of {node} unreadable, ignored: {exc}")
+                continue
+            self._reports[node], self._raw[node] = rep, body
+            self._domains[node] = dom or json.loads(domains)
+        self.memory: ControllerMemory = store.load_memory()
+        self._overlay: dict[str, NodeState] = {
+            n: NodeState(n, NodeSchedState.DRAINED, reason=r, ours=True)
+            for n, r in (store.get_kv("dry_overlay") or {}).items()}
+
+    @property
+    def scheduler(self) -> str:
+        return "dry-run" if self.dry_run else self.backend.name
+
+    def problem(self, text: str) -> None:
+        """Say what we could not do (kept for ``minutiae status``)."""
+        with self._lock:
+            self.counters.problems.append((self.clock.now(), text))
+
+    # ---- ingest --------------------------------------------------------------------------
+    def ingest(self, body: Mapping[str, Any]) -> Report:
+        """Validate and keep one agent report; wakes the loop when it may change a decision."""
+        try:
+            rep, domains = report_from_json(body, self.clock.now())
+        except MinutiaeError:
+            with self._lock:
+                self.counters.rejected += 1
+            raise
+        with self._lock:
+            prev = self._reports.get(rep.node)
+            self._reports[rep.node] = rep
+            self._raw[rep.node] = dict(body)
+            if domains:
+                self._domains[rep.node] = domains
+            else:
+                self._domains.setdefault(rep.node, {})
+            self._dirty.add(rep.node)
+            self.counters.reports += 1
+        if rep.findings or rep.status is not Status.OK or (prev is not None and (
+                prev.findings or prev.status is not Status.OK)):
+            self.wake.set()
+        return rep
+
+    # ---- scheduler states ----------------------------------------------------------------
+    def _states(self, nodes: Sequence[str], interesting: set[str], now: float
+                ) -> dict[str, NodeState | None]:
+        out: dict[str, NodeState | None] = {}
+        reachable = True
+        for n in nodes:
+            cached = self._sched.get(n)
+            fresh = cached is not None and now - cached[1] < self.sched_ttl_s
+            if reachable and (n in interesting or not fresh):
+                try:
+                    st: NodeState | None = self.backend.state(n)
+                except BackendUnavailable as exc:
+                    reachable = False
+                    self.problem(f"scheduler unreachable, not acting this step: {exc}")
+                    st = None
+                except MinutiaeError as exc:
+                    self.problem(f"scheduler state of {n} unknown: {exc}")
+                    st = None
+                self._sched[n] = (st, now)
+            elif not reachable and n in interesting:
+                st = None
+            else:
+                st = cached[0] if cached else None
+            if self.dry_run and n in self._overlay and st is not None and (
+                    st.state is NodeSchedState.AVAILABLE or st.ours):
+                st = replace(self._overlay[n], jobs=st.jobs)
+            out[n] = st
+        return out
+
+    # ---- one step ------------------------------------------------------------------------
+    def step(self) -> Plan:
+        """Flush reports, reconcile, audit, act, notify. Never raises for a scheduler problem."""
+        self.retry_pending()
+        now = self.clock.now()
+        with self._lock:
+            reports = dict(self._reports)
+            domains = dict(self._domains)
+            dirty = [(n, reports[n].time, json.dumps(self._raw[n]), json.dumps(domains[n]))
+                     for n in self._dirty]
+            self._dirty.clear()
+        try:
+            self.store.save_reports(dirty)
+        except MinutiaeError as exc:
+            self.problem(f"could not save {len(dirty)} reports: {exc}")
+        with self._mem_lock:
+            mem = self.memory
+            interesting = {n for n, r in reports.items()
+                           if r.findings or r.status is not Status.OK} | set(mem.nodes)
+            states = self._states(sorted(reports), interesting, now)
+            views = {n: NodeView(n, r, states[n], domains.get(n, {})) for n, r in reports.items()}
+            plan = reconcile(FleetState(views, mem, self.scheduler), self.policy, now)
+            ids = self.store.begin_batch(plan.memory, mem, plan.decisions, self.dry_run)
+            self.memory = plan.memory
+        acting = [d for d in plan.decisions if d.action is not Verb.HOLD]
+        for d, audit_id in zip(acting, ids, strict=True):
+            self._execute(d, audit_id, views[d.node].sched)
+        if self.dry_run and acting:
+            self.store.set_kv("dry_overlay", {n: s.reason for n, s in self._overlay.items()})
+        with self._lock:
+            self.counters.steps += 1
+            self.counters.holds += sum(1 for d in plan.decisions if d.action is Verb.HOLD and d.new)
+        for a in plan.alerts:
+            self.problem(a)
+        tell = [d for d in plan.decisions if d.new]
+        if tell or plan.alerts:
+            for nt in self.notifiers:
+                try:
+                    nt.notify(tell, plan.alerts)
+                except Exception as exc:  # a notifier must never stop remediation
+                    self.problem(f"notifier {type(nt).__name__} failed: {exc}")
+        self.last_step = now
+        return plan
+
+    def _execute(self, d: Decision, audit_id: int, sched: NodeState | None) -> None:
+        if self.dry_run:
+            jobs = sched.jobs if sched else ()
+            if d.action is Verb.DRAIN:
+                self._overlay[d.node] = NodeState(d.node, NodeSchedState.DRAINED, d.reason, True,
+                                                  jobs)
+            elif d.action is Verb.RESUME:
+                self._overlay.pop(d.node, None)
+            self.store.finish(audit_id, DRY_RUN, "dry-run: the scheduler was not touched",
+                              self.clock.now())
+            return
+        try:
+            self._apply(d.action.value, d.node, d.reason, d.step.label if d.step else None)
+        except MinutiaeError as exc:
+            self.store.finish(audit_id, FAILED, str(exc), self.clock.now())
+            with self._lock:
+                self.counters.actions_failed += 1
+            self.problem(f"{d.action.value} {d.node} failed: {exc}")
+            self._sched.pop(d.node, None)
+            return
+        # what the scheduler should now say (re-read at the next step: stamped as stale)
+        jobs = sched.jobs if sched else ()
+        if d.action is Verb.DRAIN:
+            self._sched[d.node] = (NodeState(d.node, NodeSchedState.DRAINED, d.reason, True,
+                                             jobs), float("-inf"))
+        elif d.action is Verb.RESUME:
+            self._sched[d.node] = (NodeState(d.node, NodeSchedState.AVAILABLE, jobs=jobs),
+                                   float("-inf"))
+        self.store.finish(audit_id, DONE, None, self.clock.now())
+        with self._lock:
+            self.counters.actions_done += 1
+
+    def _apply(self, action: str, node: str, reason: str | None, step: str | None) -> None:
+        if action == Verb.DRAIN.value:
+            self.backend.drain(node, reason or "minutiae: drain")
+        elif action == Verb.RESUME.value:
+            self.backend.resume(node)
+        elif action == Verb.ESCALATE.value:
+            self.backend.annotate(node, REMEDIATION_KEY, step or "inspect")
+
+    # ---- recovery ------------------------------------------------------------------------
+    def retry_pending(self) -> list[AuditRow]:
+        """Finish every ``pending`` audit row (left by a crash mid-batch): confirm it when the
+        scheduler already shows it done, else do it now. Returns the rows handled."""
+        done: list[AuditRow] = []
+        for row in self.store.pending():
+            now = self.clock.now()
+            if row.dry_run:
+                self.store.finish(row.id, DRY_RUN, "dry-run (recovered on restart)", now)
+                done.append(row)
+                continue
+            try:
+                st = self.backend.state(row.node)
+                if row.action == Verb.DRAIN.value and st.state in _BUSY and st.ours:
+                    self.store.finish(row.id, DONE, "confirmed on restart: already drained", now)
+                elif row.action == Verb.DRAIN.value and st.state in _BUSY:
+                    self.store.finish(row.id, FAILED, f"on restart: node drained by someone "
+                                      f"else ({st.reason!r}); left alone", now)
+                elif row.action == Verb.RESUME.value and st.state is NodeSchedState.AVAILABLE:
+                    self.store.finish(row.id, DONE, "confirmed on restart: already resumed", now)
+                else:
+                    self._apply(row.action, row.node, row.reason, row.step)
+                    self.store.finish(row.id, DONE, "completed on restart", now)
+                    with self._lock:
+                        self.counters.actions_done += 1
+                done.append(row)
+            except BackendUnavailable as exc:
+                self.problem(f"pending {row.action} {row.node} (audit {row.id}) not recovered "
+                             f"yet: {exc}")
+                break
+            except MinutiaeError as exc:
+                self.store.finish(row.id, FAILED, f"on restart: {exc}", now)
+                done.append(row)
+        return done
+
+    # ---- pause ---------------------------------------------------------------------------
+    def pause(self, reason: str) -> None:
+        with self._mem_lock:
+            now = self.clock.now()
+            self.memory = with_pause(self.memory, Pause(reason, now, "human"), now)
+            self.store.save_pause(self.memory.pause, self.memory.breaker_since)
+
+    def unpause(self) -> None:
+        with self._mem_lock:
+            self.memory = with_pause(self.memory, None, self.clock.now())
+            self.store.save_pause(None, self.memory.breaker_since)
+        self.wake.set()
+
+    # ---- views for the API ---------------------------------------------------------------
+    def node_rows(self) -> list[dict[str, Any]]:
+        now = self.clock.now()
+        with self._lock:
+            reports = dict(self._reports)
+            domains = dict(self._domains)
+        mem = self.memory
+        rows = []
+        for n in sorted(reports):
+            r = reports[n]
+            a = assess(r, self.policy, now)
+            st = self._sched.get(n, (None, 0.0))[0]
+            if self.dry_run and n in self._overlay:
+                st = self._overlay[n]
+            m = mem.nodes.get(n)
+            rows.append({
+                "node": n, "health": a.health.value, "status": r.status.label,
+                "report_age_s": round(now - r.time, 3), "findings": len(r.findings),
+                "sched": st.state.value if st else None, "reason": st.reason if st else None,
+                "ours": bool(st and st.ours), "step": m.step.label if m and m.step else None,
+                "lemon": bool(m and m.lemon), "domains": domains.get(n, {}),
+                "rule": a.rule or None})
+        return rows
+
+    def status(self) -> dict[str, Any]:
+        rows = self.node_rows()
+        health = {h.value: 0 for h in Health}
+        for r in rows:
+            health[r["health"]] += 1
+        p = self.memory.pause
+        with self._lock:
+            c = self.counters
+            problems = [{"time": t, "what": w} for t, w in list(c.problems)[-20:]]
+            counts = {"reports": c.reports, "rejected": c.rejected, "steps": c.steps,
+                      "actions_done": c.actions_done, "actions_failed": c.actions_failed,
+                      "holds": c.holds}
+        return {
+            "dry_run": self.dry_run, "scheduler": self.backend.name,
+            "policy": self.policy.source, "nodes": len(rows), "health": health,
+            "unavailable": sum(1 for r in rows if r["sched"] in ("drained", "draining", "down")),
+            "paused": None if p is None else {"reason": p.reason, "since": p.since, "by": p.by},
+            "pending_actions": len(self.store.pending()), "last_step": self.last_step,
+            "counters": counts, "problems": problems}
+
+    def explain(self, node: str) -> dict[str, Any]:
+        try:  # the scheduler's word, live, for the one node asked about
+            st = self.backend.state(node)
+            self._sched[node] = (st, self._sched.get(node, (None, float("-inf")))[1])
+        except MinutiaeError as exc:
+            self.problem(f"explain {node}: scheduler state unknown: {exc}")
+        rows = {r["node"]: r for r in self.node_rows()}
+        history = [r.to_json() for r in self.store.audit(node=node, limit=20)]
+        if node not in rows and not history:
+            raise BackendError(f"unknown node {node}: no report and no decision recorded")
+        row = rows.get(node, {"node": node})
+        last = next((h for h in history if h["action"] != Verb.HOLD.value), None)
+        hold = history[0] if history and history[0]["action"] == Verb.HOLD.value else None
+        with self._lock:
+            rep = self._reports.get(node)
+        a = assess(rep, self.policy, self.clock.now())
+        if row.get("sched") in ("drained", "draining") and not row.get("ours"):
+            why = (f"drained by someone else (reason {row.get('reason')!r}); minutiae never "
+                   "resumes a drain it does not own")
+        elif last and last["action"] == Verb.DRAIN.value and row.get("ours"):
+            why = f"drained by minutiae: rule {last['rule']}"
+        elif hold:
+            why = f"wanted to {hold['wanted']} but held: {hold['budget'].get('detail')}"
+        else:
+            why = f"{a.health.value}; no action in effect"
+        return {"node": node, "why": why, "state": row, "health": a.health.value,
+                "current_evidence": list(a.evidence), "last_action": last, "last_hold": hold,
+                "undo": last["undo"] if last else None, "history": history}

@@ -1,0 +1,112 @@
+"""The agent → controller report format (JSON), parsed and validated (pure; no pydantic here so
+the agent can import it on its light path).
+
+A report::
+
+    {"node": "gpu001", "time": 1700000000.0, "status": "critical",
+     "checks": [{"check": "gpu", "status": "critical", "reason": null, "observed": 8,
+                 "findings": [{"kind": "xid", "code": 79, "severity": "critical",
+                               "action": "reboot", "message": "...", "line": "...", ...}]}],
+     "domains": {"rack": "r01", "leaf": "leaf3", "nvl_domain": "nvl7"},
+     "agent": {"version": "0.1.0", "seq": 42}}
+
+``findings`` may also be given at the top level. Unknown fields are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from minutiae.actions.base import validate_node
+from minutiae.controller.state import Report
+from minutiae.errors import DataError, ValidationError
+from minutiae.model import Action, Finding, Severity, Status
+
+MAX_FINDINGS = 500
+MAX_TEXT = 2000
+_DOMAIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}$")
+
+
+def _text(v: Any, where: str, field: str, required: bool = False) -> str | None:
+    if v is None:
+        if required:
+            raise DataError(f"{field} is required", where)
+        return None
+    if not isinstance(v, str):
+        raise DataError(f"{field} must be a string", where)
+    return v[:MAX_TEXT]
+
+
+def finding_from_json(d: Any, where: str) -> Finding:
+    if not isinstance(d, Mapping):
+        raise DataError("a finding must be an object", where)
+    kind = _text(d.get("kind"), where, "finding.kind", required=True)
+    assert kind is not None
+    try:
+        sev = Severity.parse(str(d.get("severity", "info")))
+        act = Action.parse(str(d.get("action", "none")))
+    except ValueError as exc:
+        raise DataError(str(exc), where) from None
+    code = d.get("code")
+    if code is not None and (isinstance(code, bool) or not isinstance(code, int)):
+        raise DataError("finding.code must be an integer or null", where)
+    attrs = d.get("attrs") or {}
+    if not isinstance(attrs, Mapping):
+        raise DataError("finding.attrs must be an object", where)
+    clean = {str(k)[:64]: v for k, v in list(attrs.items())[:32]
+             if v is None or isinstance(v, str | int | float | bool)}
+    return Finding(kind=kind[:64], severity=sev, action=act,  # type: ignore[arg-type]
+                   message=_text(d.get("message"), where, "finding.message") or "",
+                   code=code, pci=_text(d.get("pci"), where, "finding.pci"),
+                   component=_text(d.get("component"), where, "finding.component"),
+                   line=_text(d.get("line"), where, "finding.line"),
+                   rule=_text(d.get("rule"), where, "finding.rule"), attrs=clean)
+
+
+def report_from_json(d: Any, received: float) -> tuple[Report, dict[str, str]]:
+    """Validate one report; ``received`` (controller clock) becomes the report's time, so an
+    agent with a skewed clock cannot make a stale report look fresh."""
+    if not isinstance(d, Mapping):
+        raise DataError("a report must be a JSON object", "report")
+    node = d.get("node")
+    try:
+        validate_node(node)  # type: ignore[arg-type]
+    except ValidationError:
+        raise
+    where = f"report from {node}"
+    try:
+        status = Status.parse(str(d.get("status", "unknown")))
+    except ValueError as exc:
+        raise DataError(str(exc), where) from None
+    raw: list[Any] = []
+    unknown: list[str] = []
+    checks = d.get("checks") or []
+    if not isinstance(checks, list):
+        raise DataError("checks must be a list", where)
+    for c in checks:
+        if not isinstance(c, Mapping):
+            raise DataError("a check must be an object", where)
+        fs = c.get("findings") or []
+        if not isinstance(fs, list):
+            raise DataError("check.findings must be a list", where)
+        raw.extend(fs)
+        if str(c.get("status", "")).lower() == "unknown":
+            unknown.append(f"{c.get('check')}: {c.get('reason') or 'could not run'}"[:MAX_TEXT])
+    top = d.get("findings") or []
+    if not isinstance(top, list):
+        raise DataError("findings must be a list", where)
+    raw.extend(top)
+    if len(raw) > MAX_FINDINGS:
+        raise DataError(f"{len(raw)} findings (at most {MAX_FINDINGS} per report)", where)
+    findings = tuple(finding_from_json(f, where) for f in raw)
+    domains_in = d.get("domains") or {}
+    if not isinstance(domains_in, Mapping):
+        raise DataError("domains must be an object", where)
+    domains: dict[str, str] = {}
+    for k, v in domains_in.items():
+        if not isinstance(v, str) or not _DOMAIN_RE.fullmatch(v) or not _DOMAIN_RE.fullmatch(k):
+            raise ValidationError(f"{where}: invalid failure domain {k!r}={v!r}")
+        domains[k] = v
+    return Report(node, received, status, findings, tuple(unknown)), domains  # type: ignore[arg-type]
