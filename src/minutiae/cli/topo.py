@@ -131,8 +131,8 @@ def _learn(directory: str, as_json: bool, write_profile: str | None, min_support
         for k, v in res.profile.expect.items():
             t.add_row(k, str(v), f"{res.profile.support[k]:.1%}")
         con.print(t)
-        for k, v in res.ambiguous.items():
-            con.print(f"[yellow]no majority:[/] {k}: " + ", ".join(f"{a} ({b:.0%})" for a, b in v),
+        for k, pairs in res.ambiguous.items():
+            con.print(f"[yellow]no majority:[/] {k}: " + ", ".join(f"{a} ({b:.0%})" for a, b in pairs),
                       highlight=False)
         if res.deviations:
             d = Table(title=f"{len(res.deviating_nodes())} deviating node(s)")
