@@ -38,6 +38,7 @@ from minutiae.errors import DataError
 MIN_RANKS = 3
 MIN_GROUP = 3
 DEFAULT_RANKS_PER_NODE = 8
+MAX_WARNINGS = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,19 +158,21 @@ class StragglerAnalysis:
         own = m.comm - wait
         return np.where(own > 0, own, np.nan).astype(np.float32)
 
-    def update(self, m: TimingMatrix) -> None:
+    def update(self, m: TimingMatrix) -> int:
+        """Test the steps of ``m``; returns how many ranks alarmed for the first time."""
         if m.ranks.size != self.meta.ranks.size or not np.array_equal(m.ranks, self.meta.ranks):
             raise DataError("rank set changed after calibration", self.where or None)
-        self.compute.update(m.compute, m.steps)
+        fresh = self.compute.update(m.compute, m.steps).size
         if self.comm is not None and m.comm is not None:
-            self.comm.update(self._own_comm(m), m.steps)
+            fresh += self.comm.update(self._own_comm(m), m.steps).size
         self.steps_seen.append(m.steps)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             self.total_medians.extend(np.nanmedian(m.total, axis=1).tolist())
         for w in m.warnings:
-            if w not in self.warnings:
+            if w not in self.warnings and len(self.warnings) < MAX_WARNINGS:
                 self.warnings.append(w)
+        return fresh
 
     def report(self) -> StragglerReport:
         steps = np.concatenate(self.steps_seen) if self.steps_seen else np.zeros(0, np.int64)

@@ -24,12 +24,20 @@ COMM_NODE_SHARE = 0.5
 LEAF_SHARE = 0.75
 
 
-@dataclass(frozen=True, slots=True)
 class RankMeta:
-    ranks: np.ndarray
-    node: tuple[str | None, ...]
-    gpu: np.ndarray
-    leaf: tuple[str | None, ...]
+    """Where each rank runs; node and leaf membership indexed once (locate runs per alarm)."""
+
+    def __init__(self, ranks: np.ndarray, node: tuple[str | None, ...], gpu: np.ndarray,
+                 leaf: tuple[str | None, ...]) -> None:
+        self.ranks, self.node, self.gpu, self.leaf = ranks, node, gpu, leaf
+        self.by_node: dict[str | None, list[int]] = defaultdict(list)
+        for i, n in enumerate(node):
+            self.by_node[n].append(i)
+        self.leaf_nodes: dict[str, set[str]] = defaultdict(set)
+        for n, members in self.by_node.items():
+            lf = leaf[members[0]]
+            if lf is not None and n is not None:
+                self.leaf_nodes[lf].add(n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +94,11 @@ def _gpu_label(meta: RankMeta, i: int, prefix: str) -> str:
 def locate(meta: RankMeta, compute: Alarms, comm: Alarms | None, basis: Basis,
            shares: tuple[float, float], job_gpus: int) -> list[Suspect]:
     """Suspects, most expensive first. ``shares`` = (compute, comm) fraction of the step."""
-    by_node: dict[str | None, list[int]] = defaultdict(list)
-    for i, n in enumerate(meta.node):
-        by_node[n].append(i)
     out: list[Suspect] = []
     chits = _hits(compute)
     done: set[int] = set()
-    for node, members in by_node.items():
+    for node in {meta.node[i] for i in chits}:
+        members = meta.by_node[node]
         hit = [chits[i] for i in members if i in chits]
         if node is not None and len(hit) >= 2 and len(hit) >= NODE_SHARE * len(members):
             out.append(_suspect(meta, hit, Scope.NODE, f"node:{node}", basis, shares[0], job_gpus))
@@ -103,25 +109,25 @@ def locate(meta: RankMeta, compute: Alarms, comm: Alarms | None, basis: Basis,
                                 shares[0], job_gpus))
     if comm is not None:
         out += _locate_comm(meta, {i: h for i, h in _hits(comm).items() if i not in chits},
-                            by_node, shares[1], job_gpus)
+                            shares[1], job_gpus)
     out.sort(key=lambda s: (-s.gpu_hours_per_day, s.rank))
     return out
 
 
-def _locate_comm(meta: RankMeta, hits: dict[int, _Hit], by_node: dict[str | None, list[int]],
-                 share: float, job_gpus: int) -> list[Suspect]:
+def _locate_comm(meta: RankMeta, hits: dict[int, _Hit], share: float,
+                 job_gpus: int) -> list[Suspect]:
     out: list[Suspect] = []
     slow_nodes: dict[str, list[_Hit]] = {}
-    for node, members in by_node.items():
+    for node in {meta.node[i] for i in hits}:
+        members = meta.by_node[node]
         hit = [hits[i] for i in members if i in hits]
         if node is not None and hit and len(hit) >= COMM_NODE_SHARE * len(members):
             slow_nodes[node] = hit
-    leaf_nodes: dict[str, set[str]] = defaultdict(set)
-    for i, leaf in enumerate(meta.leaf):
-        if leaf is not None and meta.node[i] is not None:
-            leaf_nodes[leaf].add(meta.node[i])  # type: ignore[arg-type]
     used: set[str] = set()
-    for leaf, nodes in leaf_nodes.items():
+    for leaf in {meta.leaf[meta.by_node[n][0]] for n in slow_nodes}:
+        if leaf is None:
+            continue
+        nodes = meta.leaf_nodes[leaf]
         slow = [n for n in nodes if n in slow_nodes]
         if len(slow) >= 2 and len(slow) >= LEAF_SHARE * len(nodes):
             hit = [h for n in slow for h in slow_nodes[n]]

@@ -121,7 +121,7 @@ def _fix_units(df: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     totals = df.filter(pl.col("section").is_in(list(TOTAL_NAMES)))
     base = totals if totals.height else df
     per = base.group_by("rank").agg(pl.col("seconds").median().alias("m"))
-    overall = float(per["m"].median() or 0.0)
+    overall = float(np.median(per["m"].to_numpy())) if per.height else 0.0
     if overall <= 0:
         return df
     ms = per.filter((pl.col("m") / overall >= MS_RATIO[0]) & (pl.col("m") / overall <= MS_RATIO[1]))
@@ -195,7 +195,10 @@ def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = No
     elif comp_m is not None:
         compute, basis = comp_m, Basis.COMPUTE
     compute = np.where(compute > 0, compute, np.nan).astype(np.float32)
-    meta = _meta(df.filter(pl.Series(known)), ranks_u, leaf_of)
+    if ranks is None:
+        meta = _meta(df.filter(pl.Series(known)), ranks_u, leaf_of)
+    else:  # streaming: the analysis keeps the rank metadata from calibration
+        meta = ((None,) * n_r, np.full(n_r, -1, dtype=np.int64), None, (None,) * n_r)
     return TimingMatrix(steps_u, ranks_u, total_m, compute, comm_m, *meta, basis,
                         tuple(warnings))
 

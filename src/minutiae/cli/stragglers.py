@@ -1,0 +1,135 @@
+"""``minutiae stragglers FILE... [--json] [--follow]`` (thin: parsing and maths live elsewhere).
+
+Exit status: 0 no suspect, 1 suspects or stopped ranks found, 3 unusable input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+import polars as pl
+
+from minutiae.clock import SystemClock
+
+if TYPE_CHECKING:
+    from minutiae.analyses.stragglers import Options
+    from minutiae.analyses.stragglers_prep import TimingMatrix
+    from minutiae.analyses.stragglers_types import StragglerReport
+
+
+def _load(paths: list[Path], fleet: Path | None) -> tuple[TimingMatrix, str]:
+    from minutiae.analyses.stragglers_prep import prepare
+    from minutiae.parsers.timings import parse_timings
+    from minutiae.sources.timing_files import find_fleet, fleet_leaves, read_bytes
+
+    frames = [parse_timings(read_bytes(p), str(p)) for p in paths]
+    where = ", ".join(str(p) for p in paths)
+    df = frames[0] if len(frames) == 1 else pl.concat(
+        [f.select(pl.all().cast(pl.String)) for f in frames], how="diagonal_relaxed")
+    fleet = fleet or find_fleet(paths)
+    leaves = fleet_leaves(fleet) if fleet else None
+    return prepare(df, where, leaves), where
+
+
+def _table(report: StragglerReport) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title=f"stragglers: {report.ranks} ranks, steps {report.first_step}-"
+                    f"{report.last_step}, noise {report.noise:.1%}, peers {report.grouping}")
+    for col in ("where", "scope", "rank", "basis", "slower", "95% CI", "since", "found",
+                "GPU-h/d"):
+        t.add_column(col, justify="right" if col in ("rank", "since", "found", "GPU-h/d") else "left")
+    for s in report.suspects:
+        ranks = str(s.rank) if len(s.ranks) == 1 else f"{s.rank} (+{len(s.ranks) - 1})"
+        t.add_row(s.component, s.scope.value, ranks, s.basis.value,
+                  f"{s.slowdown:+.1%}", f"{s.ci_low:+.1%}..{s.ci_high:+.1%}", str(s.since_step),
+                  str(s.detected_step), f"{s.gpu_hours_per_day:,.1f}")
+    console.print(t if report.suspects else "no straggler found")
+    for st in report.stopped:
+        console.print(f"rank {st.rank} ({st.node or 'node unknown'}) stopped reporting after "
+                      f"step {st.last_step} (job at step {st.job_last_step})")
+    for w in report.warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
+@click.command("stragglers")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="one JSON object (DESIGN.md contract)")
+@click.option("--follow", is_flag=True, help="stream a growing CSV and report suspects as found")
+@click.option("--fleet", type=click.Path(path_type=Path), help="fleet.csv (node,leaf) for leaf localisation")
+@click.option("--warmup", default=20, show_default=True, help="calibration steps")
+@click.option("--false-alarms", default=0.1, show_default=True,
+              help="target false alarms per 1,000 node-days (sets the thresholds)")
+@click.option("--ranks-per-node", type=int, help="default: from the node column, else 8")
+@click.option("--idle-exit", type=float, default=0.0,
+              help="with --follow: stop after this many seconds without new rows (0: never)")
+@click.option("--poll", type=float, default=0.2, show_default=True, help="--follow poll interval (s)")
+def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | None, warmup: int,
+            false_alarms: float, ranks_per_node: int | None, idle_exit: float, poll: float) -> int:
+    """Find the slow GPU, node or link of a synchronous job from per-rank step timings
+    (CSV/Parquet step,rank,seconds[,node,gpu,stage,section] or a Megatron-LM log)."""
+    from minutiae.analyses.stragglers import Options, analyse
+    from minutiae.errors import ConfigError
+
+    if warmup < 3 or false_alarms <= 0:
+        raise ConfigError("--warmup must be >= 3 and --false-alarms > 0")
+    options = Options(warmup=warmup, false_alarms=false_alarms, ranks_per_node=ranks_per_node)
+    if follow:
+        return _follow(list(files), fleet, options, as_json, idle_exit, poll)
+    matrix, where = _load(list(files), fleet)
+    report = analyse(matrix, options, where)
+    if as_json:
+        click.echo(json.dumps(report.to_json()))
+    else:
+        _table(report)
+    return 1 if report.suspects or report.stopped else 0
+
+
+def _follow(paths: list[Path], fleet: Path | None, options: Options, as_json: bool,
+            idle_exit: float, poll: float) -> int:
+    from minutiae.analyses.stragglers_stream import StragglerStream
+    from minutiae.errors import ConfigError
+    from minutiae.parsers.timings import parse_csv
+    from minutiae.sources.timing_files import CsvTail, find_fleet, fleet_leaves
+
+    if len(paths) != 1:
+        raise ConfigError("--follow takes one growing CSV file")
+    clock = SystemClock()
+    fleet = fleet or find_fleet(paths)
+    stream = StragglerStream(options, str(paths[0]), fleet_leaves(fleet) if fleet else None)
+    tail = CsvTail(paths[0])
+    last = clock.monotonic()
+    try:
+        while True:
+            data = tail.read()
+            if data.strip() and tail.header:
+                last = clock.monotonic()
+                for s in stream.feed(parse_csv(data, str(paths[0]), tail.header)):
+                    click.echo(json.dumps({"event": "suspect", **s.to_json()}) if as_json else
+                               f"step {s.detected_step}: {s.component} {s.slowdown:+.1%} "
+                               f"since step {s.since_step} ({s.basis.value}, "
+                               f"{s.gpu_hours_per_day:,.1f} GPU-h/day)")
+            elif idle_exit and clock.monotonic() - last >= idle_exit:
+                break
+            else:
+                clock.sleep(poll)
+    except KeyboardInterrupt:
+        pass
+    for s in stream.feed(pl.DataFrame(), final=True):
+        click.echo(json.dumps({"event": "suspect", **s.to_json()}) if as_json else
+                   f"step {s.detected_step}: {s.component} {s.slowdown:+.1%}")
+    report = stream.report()
+    if report is None:
+        click.echo("minutiae: warning: fewer steps than the warm-up window; nothing tested",
+                   err=True)
+        return 3
+    if as_json:
+        click.echo(json.dumps({"event": "report", **report.to_json()}))
+    else:
+        _table(report)
+    return 1 if report.suspects or report.stopped else 0

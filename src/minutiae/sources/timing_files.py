@@ -1,0 +1,74 @@
+"""Reading timing files: whole files, growing files (``--follow``) and the simulator's fleet.csv.
+
+The only I/O of the straggler path; everything it returns goes to ``parsers.timings``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from minutiae.errors import InputError
+
+
+def read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror or exc})", str(path)) from None
+
+
+def fleet_leaves(path: Path) -> dict[str, str]:
+    """node -> leaf from a simulator ``fleet.csv`` (``node,rack,leaf,...``)."""
+    text = read_bytes(path).decode("utf-8", errors="replace")
+    rows = csv.DictReader(io.StringIO(text))
+    if not rows.fieldnames or "node" not in rows.fieldnames or "leaf" not in rows.fieldnames:
+        raise InputError("not a fleet.csv: need node and leaf columns", str(path))
+    return {r["node"]: r["leaf"] for r in rows if r.get("node") and r.get("leaf")}
+
+
+def find_fleet(paths: list[Path]) -> Path | None:
+    """The dataset's fleet.csv when the timing files sit in a simulator ``timings/`` folder."""
+    for p in paths:
+        cand = p.resolve().parent.parent / "fleet.csv"
+        if p.resolve().parent.name == "timings" and cand.is_file():
+            return cand
+    return None
+
+
+class CsvTail:
+    """Follows a growing CSV: ``read`` returns the complete lines appended since the last call
+    (a partial last line waits for its newline); ``header`` is the file's first line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.header: str | None = None
+        self._partial = b""
+
+    def read(self) -> bytes:
+        try:
+            with self.path.open("rb") as f:
+                size = f.seek(0, io.SEEK_END)
+                if size < self.offset:  # truncated or replaced: start again
+                    self.offset, self.header, self._partial = 0, None, b""
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return b""
+        except OSError as exc:
+            raise InputError(f"cannot read ({exc.strerror or exc})", str(self.path)) from None
+        self.offset += len(chunk)
+        data = self._partial + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._partial = data
+            return b""
+        self._partial = data[cut + 1:]
+        data = data[:cut + 1]
+        if self.header is None:
+            nl = data.find(b"\n")
+            self.header = data[:nl].decode("utf-8", errors="replace").strip()
+            data = data[nl + 1:]
+        return data
