@@ -18,7 +18,7 @@ from minutiae.errors import ConfigError
 from minutiae.history.record import RunRecord
 
 _TOKEN = re.compile(r"\d+|[A-Za-z]+")
-_CLAUSE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*(>=|<=|==|!=|=|>|<)\s*(\S+)\s*$")
+_CLAUSE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*(>=|<=|==|!=|=|>|<)\s*([^\s<>=!]\S*)\s*$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
