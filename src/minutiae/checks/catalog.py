@@ -90,6 +90,8 @@ class CodeCatalog:
     unknown_severity: Severity
     unknown_action: Action
     unknown_message: str
+    fatal_severity: Severity | None = None
+    fatal_action: Action | None = None
 
     def get(self, code: int | None) -> CatalogEntry | None:
         return None if code is None else self.entries.get(code)
@@ -278,12 +280,18 @@ def build_code_catalog(doc: Mapping[str, Any], name: str) -> CodeCatalog:
         if entry.app_caused and entry.action.drains:
             raise _fail(where, rid, "an application-caused code must not need more than restart_app")
         entries[code] = entry
+    fatal = doc.get("fatal")
+    if fatal is not None and not isinstance(fatal, dict):
+        raise ConfigError(f"{where}: [fatal] must be a table")
     return CodeCatalog(
         name=name,
         entries=entries,
         unknown_severity=_enum(where, "unknown", Severity, unknown.get("severity"), "severity"),
         unknown_action=_enum(where, "unknown", Action, unknown.get("action"), "action"),
         unknown_message=str(unknown.get("message", f"unknown {name.upper()} {{code}}")),
+        fatal_severity=_enum(where, "fatal", Severity, fatal.get("severity"), "severity")
+        if fatal else None,
+        fatal_action=_enum(where, "fatal", Action, fatal.get("action"), "action") if fatal else None,
     )
 
 
