@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 
 from minutiae.analyses.stragglers_prep import TimingMatrix
-from minutiae.analyses.stragglers_types import Basis
+from minutiae.analyses.stragglers_types import Basis, Suspect
 
 STAGE_FACTORS = (1.0, 1.09, 0.94, 1.05, 0.97, 1.12, 1.02, 0.91)
 SECTION_SPLIT = (("forward", 0.33), ("backward", 0.6), ("optimizer", 0.07))
@@ -213,3 +213,43 @@ def as_matrix(job: SynthJob, block: Block, leaves: bool = True) -> TimingMatrix:
     return TimingMatrix(steps, np.arange(job.spec.ranks), block.total, block.compute, block.comm,
                         names, job.gpu.astype(np.int64), job.stage.astype(np.int64), leaf,
                         Basis.COMPUTE if block.comm is not None else Basis.STEP, ())
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one injected fault fared: ``latency`` = slow steps seen when the alarm fired
+    (``detected_step - start_step + 1``); ``located`` = the suspect names the injected component."""
+
+    fault: Fault
+    component: str
+    detected: bool
+    latency: int | None
+    located: bool
+
+
+def score(job: SynthJob, suspects: tuple[Suspect, ...]) -> tuple[list[Outcome], list[Suspect]]:
+    """Match suspects to the injected faults; returns the outcomes and the false suspects."""
+    rank_fault: dict[int, int] = {}
+    for k, f in enumerate(job.spec.faults):
+        for r in job.fault_ranks(f).tolist():
+            rank_fault.setdefault(r, k)
+    matched: dict[int, list[Suspect]] = {}
+    false: list[Suspect] = []
+    for s in suspects:
+        ks = {rank_fault[r] for r in s.ranks
+              if r in rank_fault and s.detected_step >= job.spec.faults[rank_fault[r]].start_step}
+        if not ks:
+            false.append(s)
+        for k in ks:
+            matched.setdefault(k, []).append(s)
+    out = []
+    for k, f in enumerate(job.spec.faults):
+        got = matched.get(k, [])
+        want = job.component(f)
+        if not got:
+            out.append(Outcome(f, want, False, None, False))
+            continue
+        first = min(s.detected_step for s in got)
+        out.append(Outcome(f, want, True, first - f.start_step + 1,
+                           any(s.component == want for s in got)))
+    return out, false
