@@ -68,6 +68,13 @@ def _major(root: ET.Element, where: str | None) -> int:
     return int(m.group(1))
 
 
+def _os_index(elem: ET.Element) -> int | None:
+    try:
+        return int(elem.get("os_index", ""))
+    except ValueError:
+        return None
+
+
 @dataclass
 class _Found:
     obj: ET.Element
@@ -113,9 +120,12 @@ def parse_hwloc_xml(data: str | bytes, where: str | None = None) -> NodeTopology
                 continue
             ty = child.get("type")
             if ty == "NUMANode":
-                if child.get("os_index") is not None:
-                    numa_cpus[int(child.get("os_index", "0"))] = mask(child.get("cpuset"))
-                walk(child, numa, cpus, chain, host)
+                node = _os_index(child)
+                node_cpus = mask(child.get("cpuset"))
+                if node is not None:
+                    numa_cpus[node] = node_cpus
+                # hwloc 1.x: I/O hangs below its NUMA node (2.x: NUMA nodes are leaves)
+                walk(child, node if node is not None else numa, node_cpus or cpus, chain, host)
                 continue
             if ty in ("Bridge", "PCIDev"):
                 busid = (child.get("pci_busid") or "").lower()
