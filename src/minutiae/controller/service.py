@@ -107,6 +107,9 @@ class Controller:
             raise
         with self._lock:
             prev = self._reports.get(rep.node)
+            self.counters.reports += 1
+            if prev is not None and prev.time > rep.time:
+                return rep  # an older report (from an agent's outbox): history, not state
             self._reports[rep.node] = rep
             self._raw[rep.node] = dict(body)
             if domains:
@@ -114,7 +117,6 @@ class Controller:
             else:
                 self._domains.setdefault(rep.node, {})
             self._dirty.add(rep.node)
-            self.counters.reports += 1
         if rep.findings or rep.status is not Status.OK or (prev is not None and (
                 prev.findings or prev.status is not Status.OK)):
             self.wake.set()

@@ -26,6 +26,7 @@ from minutiae.model import Action, Finding, Severity, Status
 
 MAX_FINDINGS = 500
 MAX_TEXT = 2000
+MAX_AGE_S = 30 * 86400.0
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}$")
 
 
@@ -66,8 +67,9 @@ def finding_from_json(d: Any, where: str) -> Finding:
 
 
 def report_from_json(d: Any, received: float) -> tuple[Report, dict[str, str]]:
-    """Validate one report; ``received`` (controller clock) becomes the report's time, so an
-    agent with a skewed clock cannot make a stale report look fresh."""
+    """Validate one report. Its time is ``received`` (the controller's clock) minus the
+    ``agent.age_s`` it waited in the agent's outbox, so neither a skewed agent clock nor a
+    buffered report can pass for fresh."""
     if not isinstance(d, Mapping):
         raise DataError("a report must be a JSON object", "report")
     node = d.get("node")
@@ -109,4 +111,10 @@ def report_from_json(d: Any, received: float) -> tuple[Report, dict[str, str]]:
         if not isinstance(v, str) or not _DOMAIN_RE.fullmatch(v) or not _DOMAIN_RE.fullmatch(k):
             raise ValidationError(f"{where}: invalid failure domain {k!r}={v!r}")
         domains[k] = v
-    return Report(node, received, status, findings, tuple(unknown)), domains  # type: ignore[arg-type]
+    when = received
+    agent = d.get("agent")
+    if isinstance(agent, Mapping):
+        age = agent.get("age_s")
+        if isinstance(age, int | float) and not isinstance(age, bool) and age == age and age > 0:
+            when = received - min(float(age), MAX_AGE_S)
+    return Report(node, when, status, findings, tuple(unknown)), domains  # type: ignore[arg-type]

@@ -1,0 +1,162 @@
+"""Pushing reports to the controller: bearer token, retries with backoff, and an outbox that
+keeps reports (in memory and on disk) while the controller is away.
+
+Reports go oldest first; each carries ``agent.age_s`` (how long it waited, by the agent's own
+clock) so the controller dates it correctly and never takes an old report for a fresh one.
+A report the controller refuses as invalid (4xx other than 401/429) is dropped and counted; a
+refused token (401) or anything else keeps it and backs off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from minutiae.clock import Clock
+
+
+class Transport(Protocol):
+    def post(self, url: str, json: Any, headers: Mapping[str, str]) -> int:
+        """POST and return the HTTP status; raise ``httpx.HTTPError`` when unreachable."""
+        ...
+
+
+class HttpxTransport:
+    def __init__(self, timeout_s: float = 5.0) -> None:
+        self.client = httpx.Client(timeout=timeout_s)
+
+    def post(self, url: str, json: Any, headers: Mapping[str, str]) -> int:
+        return self.client.post(url, json=json, headers=dict(headers)).status_code
+
+
+@dataclass
+class PushResult:
+    sent: int = 0
+    dropped: int = 0
+    failed: bool = False
+    error: str | None = None
+
+
+@dataclass
+class Outbox:
+    """Reports not yet accepted by the controller (newest last), capped at ``limit``; kept in
+    ``path`` (JSON lines, rewritten atomically) so a restart loses nothing."""
+
+    path: Path | None = None
+    limit: int = 360
+    items: deque[dict[str, Any]] = field(default_factory=deque)
+    overflowed: int = 0
+
+    def load(self) -> str | None:
+        """Read a previous outbox; returns a note when it could not (the file is then ignored)."""
+        if self.path is None or not self.path.exists():
+            return None
+        try:
+            lines = self.path.read_text("utf-8").splitlines()
+            self.items = deque((json.loads(x) for x in lines if x.strip()), maxlen=None)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            self.items = deque()
+            return f"{self.path}: outbox unreadable, starting empty ({exc})"
+        self._cap()
+        return None
+
+    def _cap(self) -> None:
+        while len(self.items) > self.limit:
+            self.items.popleft()
+            self.overflowed += 1
+
+    def add(self, report: dict[str, Any]) -> None:
+        self.items.append(report)
+        self._cap()
+
+    def save(self) -> str | None:
+        if self.path is None:
+            return None
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            tmp.write_text("".join(json.dumps(x) + "\n" for x in self.items), "utf-8")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            return f"{self.path}: cannot save outbox ({exc.strerror or exc})"
+        return None
+
+
+class Pusher:
+    def __init__(self, url: str, token: str, clock: Clock, transport: Transport | None = None,
+                 *, retries: int = 2, backoff_s: float = 0.5, max_backoff_s: float = 300.0) -> None:
+        self.url = url.rstrip("/") + "/v1/reports"
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.clock = clock
+        self.transport = transport or HttpxTransport()
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.failures = 0
+        self.next_try = 0.0
+
+    def _post(self, body: dict[str, Any]) -> int:
+        """Status code, after up to ``retries`` retries with doubling backoff on network errors
+        and 5xx/429. Raises the last network error."""
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                code = self.transport.post(self.url, body, self.headers)
+            except httpx.HTTPError:
+                if attempt == self.retries:
+                    raise
+            else:
+                if code < 500 and code != 429:
+                    return code
+                if attempt == self.retries:
+                    return code
+            self.clock.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def flush(self, outbox: Outbox, born: dict[int, float] | None = None) -> PushResult:
+        """Send what the outbox holds, oldest first; stop at the first failure and back off
+        (the next attempt waits ``backoff_s * 2**failures``, capped)."""
+        res = PushResult()
+        now = self.clock.now()
+        if now < self.next_try:
+            res.failed = True
+            res.error = f"controller unreachable; next try in {self.next_try - now:.0f}s"
+            return res
+        while outbox.items:
+            body = dict(outbox.items[0])
+            agent = dict(body.get("agent", {}))
+            agent["age_s"] = max(0.0, self.clock.now() - float(agent.get("created", now)))
+            body["agent"] = agent
+            try:
+                code = self._post(body)
+            except httpx.HTTPError as exc:
+                return self._fail(res, f"{self.url}: {type(exc).__name__}: {exc}")
+            if 200 <= code < 300:
+                outbox.items.popleft()
+                res.sent += 1
+                continue
+            if code in (401, 403):
+                return self._fail(res, f"{self.url}: token refused (HTTP {code})")
+            if 400 <= code < 500 and code != 429:
+                outbox.items.popleft()
+                res.dropped += 1
+                continue
+            return self._fail(res, f"{self.url}: HTTP {code}")
+        self.failures = 0
+        self.next_try = 0.0
+        return res
+
+    def _fail(self, res: PushResult, why: str) -> PushResult:
+        self.failures += 1
+        wait = min(self.max_backoff_s, self.backoff_s * 2 ** self.failures)
+        self.next_try = self.clock.now() + wait
+        res.failed = True
+        res.error = f"{why}; reports kept in the outbox, retry in {wait:.0f}s"
+        return res

@@ -1,0 +1,59 @@
+"""``minutiae agent``: the per-node daemon (checks on an interval, /metrics, push). No logic.
+
+Light import path on purpose: click, psutil, prometheus-client, httpx and the node checks only.
+"""
+
+from __future__ import annotations
+
+import click
+
+from minutiae.errors import ConfigError
+
+
+def _domains(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        k, sep, val = v.partition("=")
+        if not sep or not k or not val:
+            raise ConfigError(f"--domain: expected KEY=VALUE (e.g. rack=r03), got {v!r}")
+        out[k] = val
+    return out
+
+
+@click.command("agent")
+@click.option("--controller", envvar="MINUTIAE_CONTROLLER", default=None,
+              help="controller URL, e.g. http://ctl:8470 (none: metrics only)")
+@click.option("--token-file", default=None, help="bearer token file (else $MINUTIAE_TOKEN)")
+@click.option("--interval", default=10.0, show_default=True, help="seconds between runs")
+@click.option("--state-dir", default="/var/lib/minutiae", show_default=True,
+              help="check state, outbox and sequence number survive restarts here")
+@click.option("--metrics-listen", default="0.0.0.0:9470", show_default=True,
+              help="HOST:PORT for /metrics ('' to disable)")
+@click.option("--node", default=None, help="node name (default: short hostname)")
+@click.option("--domain", "domains", multiple=True,
+              help="failure domain KEY=VALUE (rack=, leaf=, nvl_domain=); repeatable")
+@click.option("--sysfs-root", default="/sys", show_default=True)
+@click.option("--kmsg", default="/dev/kmsg", show_default=True, help="kernel log ('' to skip)")
+@click.option("--nvidia-smi-xml", default=None, help="nvidia-smi -q -x capture instead of NVML")
+@click.option("--dcgm", default=None, help="dcgm-exporter URL or file")
+@click.option("--no-nvml", is_flag=True, help="never load NVML")
+@click.option("--expected-gpus", type=int, default=None)
+@click.option("--expected-driver", default=None)
+@click.option("--cycles", type=int, default=None, help="stop after N runs (default: forever)")
+def command(controller: str | None, token_file: str | None, interval: float, state_dir: str,
+            metrics_listen: str, node: str | None, domains: tuple[str, ...], sysfs_root: str,
+            kmsg: str, nvidia_smi_xml: str | None, dcgm: str | None, no_nvml: bool,
+            expected_gpus: int | None, expected_driver: str | None, cycles: int | None) -> None:
+    """Run the node checks every --interval seconds, serve /metrics, push to the controller."""
+    from minutiae.agent.daemon import AgentOptions, run_agent
+    from minutiae.cli.tokens import read_token
+
+    if interval <= 0:
+        raise ConfigError("--interval must be > 0")
+    token = read_token(token_file) if controller else ""
+    run_agent(AgentOptions(
+        controller=controller, token=token, interval_s=interval, state_dir=state_dir,
+        metrics_listen=metrics_listen, node=node, domains=_domains(domains),
+        sysfs_root=sysfs_root, kmsg=kmsg or None, nvidia_smi_xml=nvidia_smi_xml, dcgm=dcgm,
+        use_nvml=not no_nvml, expected_gpus=expected_gpus, expected_driver=expected_driver,
+        cycles=cycles))
