@@ -35,7 +35,7 @@ BROADCAST = "Message from syslogd@"
 BLOCK_LINES = 8192
 _PCI_ANY = re.compile(
     r"(?<![0-9A-Fa-f:])(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
-    r"(?![0-9A-Fa-f:])")
+    r"(?![0-9A-Fa-f])")
 _PCI_SHORT = re.compile(r"([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.([0-7]))?")
 _PCI_FULL = re.compile(r"(?:PCI:|pci:|\+pci:)?([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.([0-7]))?")
 
