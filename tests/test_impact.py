@@ -7,7 +7,12 @@ import math
 import pytest
 
 from minutiae.analyses.regress_impact import impact
-from minutiae.analyses.regress_where import compare_versions, parse_duration, parse_fraction, parse_where
+from minutiae.analyses.regress_where import (
+    compare_versions,
+    parse_duration,
+    parse_fraction,
+    parse_where,
+)
 from minutiae.errors import ConfigError, DataError
 from minutiae.history.record import RunRecord
 

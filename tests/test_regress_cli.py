@@ -1,0 +1,111 @@
+"""CLI: JSON shape per DESIGN.md, human tables, bad-input messages (exit 3, path named)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from minutiae.analyses.regress_synth import FleetConfig, RolloutSpec, synth_fleet
+from minutiae.cli.main import main
+from minutiae.history.export import format_rollouts_csv, format_runs_csv
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    d = tmp_path_factory.mktemp("sim")
+    f = synth_fleet(FleetConfig(seed=5, signatures=12, duplicates=2, twins=1, missing_version_rate=0.02,
+                                future_runs=1, code_regression_rate=0.6, code_sizes=(0.03, 0.05, -0.04),
+                                rollouts=(RolloutSpec("driver", 0.03, 0.6, 20.0, 3.0),
+                                          RolloutSpec("nccl", 0.0, 0.8, 12.0, 4.0))))
+    (d / "runs.csv").write_text(format_runs_csv(f.records))
+    (d / "rollouts.csv").write_text(format_rollouts_csv(f.changes))
+    return d, f
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:  # type: ignore[type-arg]
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_regress_json_contract(dataset, capsys) -> None:  # type: ignore[no-untyped-def]
+    d, f = dataset
+    out = _json(capsys, ["regress", "--runs", str(d / "runs.csv"), "--json"])
+    assert out["rollouts_from"] == str(d / "rollouts.csv")
+    cps = out["change_points"]
+    assert cps and all({"signature", "run_id", "change", "confidence", "p_value"} <= set(c) for c in cps)
+    found = {(c["signature"], c["run_id"]) for c in cps}
+    hits = 0
+    for truth in f.code_changes:   # injected code regressions, reported at their first run (±2)
+        series = sorted((r for r in f.records if r.signature == truth.signature), key=lambda r: r.time)
+        ids = [r.run_id for r in series]
+        i = ids.index(truth.run_id)
+        hits += any((truth.signature, rid) in found for rid in ids[max(0, i - 2): i + 3])
+    assert hits >= 0.8 * len(f.code_changes) and len(f.code_changes) >= 4
+    drv = next(r for r in out["rollouts"] if r["attr"] == "driver")
+    assert drv["cause"] is True and 0.02 < drv["effect"]["change"] < 0.04
+    kinds = {i["kind"] for i in out["issues"]}
+    assert {"duplicate", "missing_version", "clock_skew"} <= kinds
+
+
+def test_regress_job_filter_and_human_output(dataset, capsys) -> None:  # type: ignore[no-untyped-def]
+    d, f = dataset
+    sig = f.records[0].signature
+    out = _json(capsys, ["regress", "--runs", str(d / "runs.csv"), "--job", sig, "--json"])
+    assert {c["signature"] for c in out["change_points"]} <= {sig}
+    assert [s["signature"] for s in out["series"]] == [sig]
+    assert main(["regress", "--runs", str(d / "runs.csv")]) == 0
+    text = capsys.readouterr().out
+    assert "Change points" in text and "Rollouts tested as causes" in text and "clock skew" in text
+
+
+def test_whatchanged_and_impact_json(dataset, capsys) -> None:  # type: ignore[no-untyped-def]
+    d, f = dataset
+    runs = sorted(f.records, key=lambda r: r.time)
+    a, b = runs[10].run_id, runs[-10].run_id
+    out = _json(capsys, ["whatchanged", a, b, "--runs", str(d / "runs.csv"), "--json", "--top", "5"])
+    assert out["run_a"]["run_id"] == a and out["run_b"]["run_id"] == b
+    assert len(out["differences"]) <= 5 and out["differences"][0]["rank"] == 1
+    imp = _json(capsys, ["impact", "--speedup", "0.8%", "--where", "NCCL>=2.21", "--runs",
+                         str(d / "runs.csv"), "--json"])
+    assert imp["runs_matched"] > 0 and imp["gpu_days_per_week"] > 0 and imp["speedup"] == 0.008
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["regress", "--runs", "/nonexistent/runs.csv"], "/nonexistent/runs.csv: no such file"),
+    (["regress"], "give exactly one of --runs FILE or --db PATH"),
+    (["regress", "--db", "/nonexistent/c.db"], "/nonexistent/c.db: no such database file"),
+    (["impact", "--speedup", "lots", "--where", "nccl>=2", "--runs", "X"], "--speedup 'lots'"),
+    (["regress", "--since", "fortnight", "--runs", "X"], "--since 'fortnight'"),
+])
+def test_bad_input_messages(argv: list[str], msg: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err
+
+
+def test_bad_where_and_unknown_run(dataset, capsys) -> None:  # type: ignore[no-untyped-def]
+    d, _ = dataset
+    assert main(["impact", "--speedup", "1%", "--where", "NCL>=2.21", "--runs", str(d / "runs.csv")]) == 3
+    assert "unknown attribute 'NCL'" in capsys.readouterr().err
+    assert main(["whatchanged", "zzz", "r000001", "--runs", str(d / "runs.csv")]) == 3
+    assert "not in the history: zzz" in capsys.readouterr().err
+
+
+def test_garbage_file_is_a_message(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "runs.csv"
+    p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    assert main(["regress", "--runs", str(p)]) == 3
+    assert f"{p}: " in capsys.readouterr().err
+
+
+def test_db_round_trip_through_cli(dataset, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from minutiae.sources.runs_file import import_runs
+
+    d, _ = dataset
+    n, _issues = import_runs(d / "runs.csv", tmp_path / "c.db")
+    assert n > 100
+    a = _json(capsys, ["regress", "--runs", str(d / "runs.csv"), "--json"])
+    b = _json(capsys, ["regress", "--db", str(tmp_path / "c.db"), "--json"])
+    assert [c["run_id"] for c in a["change_points"]] == [c["run_id"] for c in b["change_points"]]
