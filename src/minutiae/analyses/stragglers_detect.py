@@ -72,10 +72,14 @@ class SeriesDetector:
         self.s_fast = np.zeros(n)
         self.s_slow = np.zeros(n)
         self.z_prev = np.zeros(n)
-        self.acc_sum = np.zeros(n)
-        self.acc_sq = np.zeros(n)
-        self.acc_n = np.zeros(n, dtype=np.int64)
-        self.acc_start = np.full(n, -1, dtype=np.int64)
+        # per detector (0 fast, 1 slow): sums of r over the current CUSUM excursion
+        self.acc_sum = np.zeros((2, n))
+        self.acc_sq = np.zeros((2, n))
+        self.acc_n = np.zeros((2, n), dtype=np.int64)
+        self.acc_start = np.full((2, n), -1, dtype=np.int64)
+        self.alarm_sum = np.zeros(n)
+        self.alarm_sq = np.zeros(n)
+        self.alarm_n = np.zeros(n, dtype=np.int64)
         self.alarm_step = np.full(n, -1, dtype=np.int64)
         self.alarm_since = np.full(n, -1, dtype=np.int64)
         self.alarm_det = np.full(n, -1, dtype=np.int8)
@@ -105,31 +109,39 @@ class SeriesDetector:
                 self.z_prev = np.where(ok, zt, self.z_prev)
                 self.last_step[ok] = step
                 alarmed = self.alarm_step >= 0
-                quiet = (self.s_fast == 0.0) & (self.s_slow == 0.0) & ~alarmed
                 rt = np.clip(np.where(ok, r[i], 0.0), R_LOW, R_HIGH)
+                quiet = np.stack([self.s_fast == 0.0, self.s_slow == 0.0])
                 grow = ok & ~quiet
-                start = grow & (self.acc_n == 0)
-                self.acc_start[start] = step
+                self.acc_start[grow & (self.acc_n == 0)] = step
                 self.acc_sum = np.where(quiet, 0.0, self.acc_sum + np.where(grow, rt, 0.0))
                 self.acc_sq = np.where(quiet, 0.0, self.acc_sq + np.where(grow, rt * rt, 0.0))
                 self.acc_n = np.where(quiet, 0, self.acc_n + grow)
+                if alarmed.any():
+                    live = alarmed & ok
+                    self.alarm_sum += np.where(live, rt, 0.0)
+                    self.alarm_sq += np.where(live, rt * rt, 0.0)
+                    self.alarm_n += live
                 hit = ~alarmed & ((self.s_fast > hf) | (self.s_slow > hs))
                 if hit.any():
                     idx = np.flatnonzero(hit)
-                    self.alarm_step[idx] = step
-                    self.alarm_since[idx] = self.acc_start[idx]
                     ratio_f = self.s_fast[idx] / hf
                     ratio_s = self.s_slow[idx] / hs
-                    self.alarm_det[idx] = np.where(ratio_f >= 1.0, 0, 1)
+                    det = np.where(ratio_f >= 1.0, 0, 1)
+                    self.alarm_step[idx] = step
+                    self.alarm_det[idx] = det
                     self.alarm_score[idx] = np.maximum(ratio_f, ratio_s)
+                    self.alarm_since[idx] = self.acc_start[det, idx]
+                    self.alarm_sum[idx] = self.acc_sum[det, idx]
+                    self.alarm_sq[idx] = self.acc_sq[det, idx]
+                    self.alarm_n[idx] = self.acc_n[det, idx]
                     fresh.append(idx)
         return np.concatenate(fresh) if fresh else np.empty(0, dtype=np.int64)
 
     def alarms(self) -> Alarms:
         idx = np.flatnonzero(self.alarm_step >= 0)
-        n = np.maximum(self.acc_n[idx], 1)
-        mean = self.acc_sum[idx] / n
-        var = np.maximum(self.acc_sq[idx] / n - mean * mean, 0.0)
+        n = np.maximum(self.alarm_n[idx], 1)
+        mean = self.alarm_sum[idx] / n
+        var = np.maximum(self.alarm_sq[idx] / n - mean * mean, 0.0)
         se = np.sqrt(var / np.maximum(n - 1, 1))
         return Alarms(idx, self.alarm_since[idx], self.alarm_step[idx], self.alarm_det[idx],
                       self.alarm_score[idx], mean, se)
