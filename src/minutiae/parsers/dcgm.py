@@ -62,17 +62,32 @@ LABEL_FIELDS = {"DCGM_FI_DRIVER_VERSION": "driver_version", "DCGM_FI_DEV_VBIOS_V
                 "modelName": "name", "UUID": "uuid"}
 
 
+def _names(text: str) -> list[Sample]:
+    """Samples with their exposition name (prometheus_client appends ``_total`` to counters)."""
+    out: list[Sample] = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if fam.type == "counter" and s.name == fam.name + "_total" and fam.name.startswith(("DCGM", "dcgm")):
+                s = s._replace(name=fam.name)
+            out.append(s)
+    return out
+
+
 def _samples(text: str, where: str, b: SnapshotBuilder) -> Iterable[Sample]:
     try:
-        return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+        return _names(text)
     except (ValueError, IndexError, TypeError):
         pass
     out: list[Sample] = []
-    for i, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    for i, line in enumerate(lines, 1):
         if not line.strip() or line.startswith("#"):
             continue
+        typ = next((ln for ln in reversed(lines[: i - 1]) if ln.startswith("# TYPE ")), "")
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        head = typ + "\n" if typ.split(" ")[2:3] == [name] else ""
         try:
-            out.extend(s for fam in text_string_to_metric_families(line + "\n") for s in fam.samples)
+            out.extend(_names(head + line + "\n"))
         except (ValueError, IndexError, TypeError):
             b.problem("node", f"{where}:{i}", f"not Prometheus text: {line.strip()[:60]!r}")
     return out

@@ -1,0 +1,74 @@
+"""ibstat / ibstatus text parser on the real gpud captures."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minutiae.errors import ParseError
+from minutiae.parsers.ibstat import parse_ibstat
+
+
+def _parse(realdata: Path, name: str):  # type: ignore[no-untyped-def]
+    path = realdata / "infiniband" / "gpud" / name
+    return parse_ibstat(path.read_text(), str(path))
+
+
+def test_h100_some_down_with_polling(realdata: Path) -> None:
+    s = _parse(realdata, "ibstat.47.0.h100.some.down.with.polling.1")
+    ports = s.components("ib:")
+    assert len(ports) == 12
+    down = {p: (s.value(p, "state"), s.value(p, "phys_state"), s.value(p, "rate_gbps"))
+            for p in ports if s.value(p, "state") != "ACTIVE"}
+    assert down == {"ib:mlx5_11/1": ("DOWN", "Polling", 40.0), "ib:mlx5_5/1": ("DOWN", "Disabled", 40.0)}
+    assert s.value("ib:mlx5_0/1", "rate_gbps") == 400.0
+    assert s.value("ib:mlx5_0/1", "hca_type") == "MT4129"
+    assert s.value("ib:mlx5_0/1", "fw_ver") == "28.39.1002"
+    assert s.value("ib:mlx5_1/1", "rate_gbps") == 100.0
+    assert s.value("ib:mlx5_1/1", "link_layer") == "Ethernet"
+    assert s.value("ib:mlx5_11/1", "state_code") == 1 and s.value("ib:mlx5_11/1", "phys_state_code") == 2
+
+
+def test_some_down_0(realdata: Path) -> None:
+    s = _parse(realdata, "ibstat.47.0.some.down.0")
+    assert sorted(p for p in s.components("ib:") if s.value(p, "state") == "DOWN") == [
+        "ib:mlx5_2/1", "ib:mlx5_7/1", "ib:mlx5_8/1"]
+
+
+def test_ibpanic_is_a_problem(realdata: Path) -> None:
+    s = _parse(realdata, "ibstat.39.0.a100.failed.ibpanic.exit-255.0")
+    assert len(s.components("ib:")) == 8
+    assert {s.value(p, "rate_gbps") for p in s.components("ib:")} == {200.0}
+    assert len(s.problems) == 1
+    assert s.problems[0].message.startswith("ibpanic: [1400444] main: stat of IB device 'mlx5_8' failed")
+    assert s.problems[0].where.endswith("ibstat.39.0.a100.failed.ibpanic.exit-255.0:137")
+
+
+def test_ibstatus_format(realdata: Path) -> None:
+    s = _parse(realdata, "ibstatus.39.0.a100.all.active.0")
+    p = "ib:mlx5_0/1"
+    assert (s.value(p, "state_code"), s.value(p, "state")) == (4, "ACTIVE")
+    assert (s.value(p, "rate_gbps"), s.value(p, "width"), s.value(p, "speed")) == (200.0, 4, "HDR")
+    assert s.value(p, "link_layer") == "InfiniBand"
+
+
+def test_every_capture_parses_without_problems_except_the_panic(realdata: Path) -> None:
+    for path in sorted((realdata / "infiniband" / "gpud").glob("ibstat*")):
+        s = parse_ibstat(path.read_text(), str(path))
+        assert bool(s.problems) == ("ibpanic" in path.name), path.name
+
+
+def test_not_ibstat() -> None:
+    with pytest.raises(ParseError, match="no ibstat"):
+        parse_ibstat("Port 1:\n State: Active\n", "x")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=1500))
+def test_never_crashes(text: str) -> None:
+    with contextlib.suppress(ParseError):
+        parse_ibstat("CA 'mlx5_0'\n\tPort 1:\n" + text, "fuzz")
