@@ -78,7 +78,7 @@ class LogFindingMapper:
         action = rule.action if rule else Action.NONE
         template = rule.message if rule else "{kind}: {message}"
         fields: dict[str, Any] = {**ev.attrs, "kind": ev.kind, "code": ev.code,
-                                  "pci": ev.pci or "?", "message": ev.message, "name": "?"}
+                                  "pci": ev.pci or "(PCI unknown)", "message": ev.message, "name": "?"}
         attrs: dict[str, Scalar] = dict(ev.attrs)
         t = ev.time.timestamp() if ev.time is not None else None
         if rule is not None and rule.catalog == "xid":

@@ -1,0 +1,111 @@
+"""kernel_log.toml: every rule's examples produce its event through the real parser, its
+counter-examples do not, every DESIGN.md log kind has a rule, and a bad rule is a ConfigError
+that names it."""
+
+from __future__ import annotations
+
+import pytest
+
+from minutiae.checks.catalog import (
+    build_log_rules,
+    catalog_text,
+    kernel_log_rules,
+    load_log_rules,
+    parse_toml,
+)
+from minutiae.checks.logrules import findings_from_events
+from minutiae.errors import ConfigError
+from minutiae.model import LOG_KINDS
+from minutiae.parsers.kernel_log import KernelLogParser, parse_text
+
+RULES = kernel_log_rules()
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_examples_and_counter_examples(rule):
+    for ex in rule.examples:
+        evs = parse_text(ex, year=2025)
+        hits = [e for e in evs if e.attrs["rule"] == rule.id]
+        assert len(hits) == 1, (rule.id, ex, [(e.kind, e.attrs["rule"]) for e in evs])
+        assert hits[0].kind == rule.kind
+        (f,) = [f for f in findings_from_events(hits)]
+        assert f.rule == rule.id and "?" not in f.message.replace("(?)", ""), f.message
+    for cex in rule.counter_examples:
+        assert not [e for e in parse_text(cex, year=2025) if e.attrs["rule"] == rule.id], (rule.id, cex)
+
+
+def test_every_log_kind_has_a_rule():
+    assert {r.kind for r in RULES} >= LOG_KINDS
+
+
+def test_aer_severities_and_ib_states():
+    evs = parse_text(
+        "[1.0] nvidia 0000:3b:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)\n"
+        "[1.1] nvidia 0000:3b:00.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, (Requester ID)\n"
+        "[1.2] nvidia 0000:3b:00.0: PCIe Bus Error: severity=Uncorrectable (Fatal), type=Transaction Layer, (Receiver ID)\n")
+    assert [(e.kind, e.attrs["severity"], e.pci) for e in evs] == [
+        ("pcie_aer", "corrected", "0000:3b:00.0"), ("pcie_aer", "nonfatal", "0000:3b:00.0"),
+        ("pcie_aer", "fatal", "0000:3b:00.0")]
+    f = list(findings_from_events(evs))
+    assert [x.severity.label for x in f] == ["info", "error", "critical"]
+    assert f[2].action.drains and not f[0].action.drains
+
+
+def test_shipped_catalog_text_is_valid_toml():
+    doc = parse_toml(catalog_text("kernel_log.toml"), "kernel_log.toml")
+    assert len(doc["rule"]) == len(RULES)
+
+
+def _rule(**over):
+    base = {"id": "r1", "kind": "soft_lockup", "keywords": ["lockup"], "pattern": "lockup",
+            "severity": "warning", "action": "none", "examples": ["soft lockup here"]}
+    base.update(over)
+    return {"require_all_kinds": False, "rule": [base]}
+
+
+@pytest.mark.parametrize("over, needle", [
+    ({"pattern": "("}, "bad pattern regex"),
+    ({"severity": "loud"}, "unknown severity"),
+    ({"action": "pray"}, "unknown action"),
+    ({"keywords": []}, "keywords"),
+    ({"examples": []}, "example"),
+    ({"examples": ["nothing to see"]}, "none of the keywords"),
+    ({"examples": ["lockup"], "pattern": "LOCKUP"}, "does not match its example"),
+    ({"counter_examples": ["soft lockup"]}, "matches its counter-example"),
+    ({"catalog": "xid"}, "code"),
+    ({"kind": "Bad Kind"}, "kind"),
+    ({"frobnicate": 1}, "unknown keys"),
+    ({"join_back": 3}, "join_start"),
+])
+def test_bad_rule_names_the_rule(over, needle):
+    with pytest.raises(ConfigError) as exc:
+        build_log_rules(_rule(**over), "site.toml")
+    assert "r1" in str(exc.value) and needle in str(exc.value)
+
+
+def test_catalog_must_cover_every_kind_unless_site_file():
+    with pytest.raises(ConfigError, match="no rule for kinds"):
+        build_log_rules({"rule": _rule()["rule"]}, "x.toml")
+
+
+def test_site_rule_file_adds_a_rule(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_text(
+        'require_all_kinds = false\n[[rule]]\nid = "gpu-clock-warn"\nkind = "site_gpu_clock"\n'
+        'keywords = ["clocks throttled"]\npattern = \'GPU (?P<pci>\\S+) clocks throttled\'\n'
+        'severity = "warning"\naction = "none"\nmessage = "GPU {pci} clocks throttled"\n'
+        'examples = ["[ 1.0] NVRM: GPU 0000:44:00.0 clocks throttled"]\n', encoding="utf-8")
+    rules = load_log_rules(path)
+    (ev,) = KernelLogParser(rules).parse_lines(["x", "[ 2.0] NVRM: GPU 0000:44:00.0 clocks throttled"])
+    assert (ev.kind, ev.pci, ev.line_no) == ("site_gpu_clock", "0000:44:00.0", 2)
+    (f,) = findings_from_events([ev], rules=rules)
+    assert f.message == "GPU 0000:44:00.0 clocks throttled"
+
+
+def test_unreadable_rule_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_log_rules(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"\xff\xfe[[rule")
+    with pytest.raises(ConfigError, match="bad.toml"):
+        load_log_rules(bad)
