@@ -37,7 +37,7 @@ _MINMAX = re.compile(r"^\s*(?:\(min, max\)|max) time across ranks \(ms\):")
 _NAME = re.compile(r"^\s{1,4}(?P<name>[A-Za-z0-9_./-][^:]*?):\s*$")
 _RANK = re.compile(r"^\s+rank\s+(?P<rank>\d+):\s*(?P<ms>[0-9.]+(?:[eE][+-]?\d+)?)\s*$")
 _MM = re.compile(r"^\s+(?P<name>\S.*?)\s*\.*:\s*\(?(?P<a>[0-9.]+)(?:,\s*(?P<b>[0-9.]+)\))?\s*$")
-_NESTED = re.compile(r"^(forward|backward)-(?!backward)")
+_NESTED = r"^(forward|backward)-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +102,8 @@ def parse_megatron(text: str) -> MegatronLog:
                                             "seconds": pl.Float64, "section": pl.String},
                          orient="row")
     if ranks.height and (ranks["section"] == "forward-backward").any():
-        ranks = ranks.filter(~pl.col("section").str.contains(_NESTED.pattern))
+        nested = pl.col("section").str.contains(_NESTED) & (pl.col("section") != "forward-backward")
+        ranks = ranks.filter(~nested)
     ranks = ranks.filter(pl.col("step") >= 0)
     iterations = pl.DataFrame(it_rows, schema={"step": pl.Int64, "seconds": pl.Float64},
                               orient="row")
