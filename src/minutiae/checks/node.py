@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,17 +96,17 @@ class NodeReport:
         return next((r for r in self.results if r.check == check), None)
 
     def reason(self) -> str | None:
-        """A short reason for a scheduler: the findings that need the node's action, worst
-        first, e.g. ``xid 79 gpu 0000:44:00.0 GPU has fallen off the bus``."""
+        """A short reason for a scheduler: the distinct messages of the findings that need the
+        node's action, worst first, e.g. ``Xid 79 (…FALLEN_OFF_THE_BUS) on GPU 0000:44:00.0``."""
         if self.action is Action.NONE:
             return None
         worst = sorted(
             (f for f in self.findings if f.action == self.action),
             key=lambda f: (-f.severity, f.kind),
         )
-        parts = [_short(f) for f in worst[:2]]
-        more = len(worst) - len(parts)
-        return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+        messages = list(dict.fromkeys(f.message for f in worst))
+        more = len(messages) - 2
+        return "; ".join(messages[:2]) + (f" (+{more} more)" if more > 0 else "")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,14 +120,6 @@ class NodeReport:
             "checks": [r.to_json() for r in self.results],
             "notes": list(self.notes),
         }
-
-
-def _short(f: Finding) -> str:
-    head = f.kind.replace("_", " ")
-    if f.code is not None:
-        head += f" {f.code}"
-    where = f" gpu {f.pci}" if f.pci and f.kind in ("xid", "gpu_off_bus") else ""
-    return f"{head}{where} {f.message}".strip()
 
 
 Memory = MutableMapping[tuple[str, str], tuple[float, float]]
@@ -207,4 +199,3 @@ def _result(name: str, findings: list[Finding], problems: list[str], observed: i
 
 
 __all__ = ["CHECKS", "CheckConfig", "NodeReport", "run_check", "status_of"]
-_ = field  # dataclasses.field kept for subclasses' use

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 
 Group = tuple[list[Observation], CheckResult | None, list[str]]
 
-#: NVML error codes that mean "driver and library disagree": a node-level fault, not UNKNOWN
-NVML_LIB_RM_VERSION_MISMATCH = "Driver/library version mismatch"
+#: NVML's texts for NVML_ERROR_LIB_RM_VERSION_MISMATCH (18; pynvml's, then nvidia-smi's): the
+#: user-space library and the kernel module disagree (upgraded without a reboot) — a node fault
+NVML_VERSION_MISMATCH = ("NVML/RM version mismatch", "Driver/library version mismatch")
 
 
 def _unknown(check: str, reason: str) -> CheckResult:
@@ -49,7 +50,7 @@ def check_gpu(cfg: CheckConfig, now: float) -> Group:
             api = cfg.nvml if cfg.nvml is not None else load_pynvml()
             snaps.append(read_nvml(api, now))
     except SourceUnavailable as exc:
-        if NVML_LIB_RM_VERSION_MISMATCH in exc.reason:
+        if any(text in exc.reason for text in NVML_VERSION_MISMATCH):
             f = Finding("driver_mismatch", Severity.CRITICAL, Action.REBOOT,
                         f"NVML: {exc.reason} (driver upgraded without a reboot)", rule="nvml.init")
             return [], CheckResult("gpu", Status.CRITICAL, (f,), exc.reason, 0), []

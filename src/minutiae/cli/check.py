@@ -87,10 +87,14 @@ def _render(report: object, step: object) -> None:
         table.add_column(col)
     for r in report.results:
         s = r.status.label
-        text = "\n".join(f"{f.severity.label}: {f.message}" + (f" → {f.action.label}" if f.action.label != "none" else "")
-                         for f in r.findings[:12])
-        if len(r.findings) > 12:
-            text += f"\n… {len(r.findings) - 12} more (use --json)"
+        counts: dict[str, int] = {}
+        for f in r.findings:
+            line = f"{f.severity.label}: {f.message}" + (f" → {f.action.label}" if f.action.label != "none" else "")
+            counts[line] = counts.get(line, 0) + 1
+        lines = [line + (f" (×{n})" if n > 1 else "") for line, n in counts.items()]
+        text = "\n".join(lines[:12])
+        if len(lines) > 12:
+            text += f"\n… {len(lines) - 12} more (use --json)"
         if r.reason:
             text = (text + "\n" if text else "") + f"[magenta]{r.reason}[/]"
         table.add_row(r.check, f"[{_STYLE[s]}]{s.upper()}[/]", str(r.observed), text or "—")

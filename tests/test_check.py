@@ -1,0 +1,179 @@
+"""run_check / minutiae check on real captures: statuses, UNKNOWN never OK, rates across runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from minutiae.checks.node import CheckConfig, NodeReport, run_check
+from minutiae.cli.main import main
+from minutiae.model import Action, Status
+from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
+from minutiae.testing import FakeClock
+from minutiae.testing.fake_nvml import FakeNvml
+from minutiae.testing.sysfs import ib_port, ib_tree, pcie_device, set_file
+
+IB = ("infiniband", "gpud", "sys-class-infiniband-h100.0")
+H100_Q = ("nvidia_smi", "gpud", "nvidia-smi-query.535.161.08.out.0.valid")
+XID119 = ("kernel_logs", "gpud", "components_accelerator_nvidia_xid__dmesg-with-xid-119.log")
+
+
+@pytest.fixture()
+def sysroot(realdata: Path, tmp_path: Path) -> Path:
+    root = ib_tree(tmp_path / "sys", realdata.joinpath(*IB))
+    for bus in ("19", "3b", "4c", "5d", "9b", "bb", "cb", "db"):
+        pcie_device(root, f"0000:{bus}:00.0")
+    pcie_device(root, "0000:1a:00.0", pci_class="0x020700", vendor="0x15b3")
+    return root
+
+
+def _cfg(root: Path, **kw: object) -> CheckConfig:
+    base: dict[str, object] = {"sysfs_root": root, "kmsg": None, "node": "gpu001"}
+    base.update(kw)
+    return CheckConfig(**base)  # type: ignore[arg-type]
+
+
+def test_h100_node_from_captures(realdata: Path, sysroot: Path) -> None:
+    r = run_check(_cfg(sysroot, nvidia_smi_xml=realdata.joinpath(*H100_Q), expected_gpus=8), FakeClock())
+    assert [x.check for x in r.results] == ["gpu", "ib", "pcie"]
+    gpu, ib, pcie = r.results
+    assert gpu.status is Status.WARNING and {f.kind for f in gpu.findings} == {"throttle"}
+    assert gpu.observed == 179
+    assert ib.status is Status.WARNING
+    assert [(f.kind, f.component) for f in ib.findings] == [("ib_link_downed", "ib:mlx5_1/1")]
+    assert pcie.status is Status.OK and pcie.findings == () and pcie.observed == 9 * 8
+    assert r.status is Status.WARNING and r.action is Action.NONE and not r.drain
+    assert r.reason() is None
+    doc = r.to_json()
+    assert doc["status"] == "warning" and doc["exit_code"] == 1 and doc["drain"] is False
+    assert json.loads(json.dumps(doc))["checks"][1]["findings"][0]["kind"] == "ib_link_downed"
+
+
+def test_no_nvml_is_unknown_and_the_other_checks_still_run(realdata: Path, sysroot: Path) -> None:
+    snap = parse_nvidia_smi_text(realdata.joinpath(*H100_Q).read_text())
+    fake = FakeNvml.from_snapshot(snap, init_error=12)
+    r = run_check(_cfg(sysroot, nvml=fake, kmsg=realdata.joinpath(*XID119)), FakeClock())
+    gpu = r.result("gpu")
+    assert gpu is not None and gpu.status is Status.UNKNOWN
+    assert gpu.reason == "nvml: NVML Shared Library Not Found"
+    assert r.result("ib").status is Status.WARNING  # type: ignore[union-attr]
+    assert r.result("pcie").status is Status.OK  # type: ignore[union-attr]
+    kl = r.result("kernel_log")
+    assert kl is not None and kl.status is Status.CRITICAL
+    assert {f.code for f in kl.findings if f.kind == "xid"} == {119}
+    assert r.status is Status.CRITICAL and r.action is Action.RESET_GPU and r.drain
+    assert r.reason() is not None and "0000:9b:00.0" in r.reason()  # type: ignore[operator]
+
+
+def test_real_pynvml_on_this_machine_gives_unknown(sysroot: Path) -> None:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has a working NVML")
+    except pynvml.NVMLError:
+        pass
+    r = run_check(_cfg(sysroot), FakeClock())
+    assert r.result("gpu").status is Status.UNKNOWN  # type: ignore[union-attr]
+    assert r.status is Status.UNKNOWN  # the IB warning does not hide the unknown GPUs
+
+
+def test_nvml_version_mismatch_is_a_driver_fault(realdata: Path, sysroot: Path) -> None:
+    fake = FakeNvml([], init_error=18)
+    r = run_check(_cfg(sysroot, nvml=fake), FakeClock())
+    gpu = r.result("gpu")
+    assert gpu is not None and gpu.status is Status.CRITICAL
+    assert [(f.kind, f.action) for f in gpu.findings] == [("driver_mismatch", Action.REBOOT)]
+
+
+def test_nvml_fake_with_a_remap_pending_drains(realdata: Path, sysroot: Path) -> None:
+    snap = parse_nvidia_smi_text(realdata.joinpath(*H100_Q).read_text())
+    fake = FakeNvml.from_snapshot(snap)
+    fake.gpus[2].values["remap_pending"] = True
+    r = run_check(_cfg(sysroot, nvml=fake, expected_gpus=8), FakeClock())
+    assert r.action is Action.RESET_GPU
+    assert r.reason() == "GPU 0000:4c:00.0: a row remap is pending; reset the GPU to apply it"
+
+
+def test_garbage_counter_makes_ib_unknown_naming_the_path(sysroot: Path) -> None:
+    set_file(sysroot, f"{ib_port(sysroot, 'mlx5_5')}/counters/port_rcv_errors", "\x00\xff garbage")
+    r = run_check(_cfg(sysroot, checks=("ib",)), FakeClock())
+    ib = r.result("ib")
+    assert ib is not None and ib.status is Status.UNKNOWN
+    assert "mlx5_5/ports/1/counters/port_rcv_errors" in (ib.reason or "")
+    assert [f.kind for f in ib.findings] == ["ib_link_downed"]  # what could be read still counts
+
+
+def test_rates_across_runs_through_the_state_file(sysroot: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state" / "check.json"
+    clock = FakeClock()
+    cfg = _cfg(sysroot, checks=("ib",), state_file=state)
+    first = run_check(cfg, clock)
+    assert not [f for f in first.findings if f.kind == "ib_symbol_errors"]
+    assert state.exists()
+    clock.advance(1800)
+    set_file(sysroot, f"{ib_port(sysroot, 'mlx5_8')}/counters/symbol_error", "25\n")
+    second = run_check(cfg, clock)
+    sym = [f for f in second.findings if f.kind == "ib_symbol_errors"]
+    assert [(f.component, f.attrs["rate"], f.attrs["delta"]) for f in sym] == [("ib:mlx5_8/1", 50.0, 25.0)]
+
+
+def test_corrupt_state_file_is_a_note_not_a_crash(sysroot: Path, tmp_path: Path) -> None:
+    state = tmp_path / "check.json"
+    state.write_text("{not json")
+    r = run_check(_cfg(sysroot, checks=("ib",), state_file=state), FakeClock())
+    assert r.notes and "check.json" in r.notes[0] and "corrupt" in r.notes[0]
+    assert json.loads(state.read_text())["version"] == 1  # rewritten afresh
+
+
+def test_in_process_memory_for_the_agent(sysroot: Path) -> None:
+    memory: dict[tuple[str, str], tuple[float, float]] = {}
+    clock = FakeClock()
+    cfg = _cfg(sysroot, checks=("ib",))
+    run_check(cfg, clock, memory=memory)
+    assert memory[("ib:mlx5_1/1", "link_downed")] == (255.0, clock.now())
+    clock.advance(10)
+    set_file(sysroot, f"{ib_port(sysroot, 'mlx5_0')}/counters/link_downed", "1")
+    r = run_check(cfg, clock, memory=memory)
+    assert [(f.rule, f.component) for f in r.findings if f.rule == "ib.link-downed-increase"] == [
+        ("ib.link-downed-increase", "ib:mlx5_0/1")]
+
+
+def test_report_status_order() -> None:
+    from minutiae.model import CheckResult
+
+    r = NodeReport("n", 0.0, (CheckResult("a", Status.WARNING), CheckResult("b", Status.UNKNOWN)))
+    assert r.status is Status.UNKNOWN
+    r = NodeReport("n", 0.0, (CheckResult("a", Status.CRITICAL), CheckResult("b", Status.UNKNOWN)))
+    assert r.status is Status.CRITICAL
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+def test_cli_json_and_exit_code(realdata: Path, sysroot: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["check", "--json", "--sysfs-root", str(sysroot), "--nvidia-smi-xml",
+               str(realdata.joinpath(*H100_Q)), "--node", "gpu001", "--expected-gpus", "8"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1 and doc["status"] == "warning" and doc["node"] == "gpu001"
+    assert [c["check"] for c in doc["checks"]] == ["gpu", "ib", "pcie"]  # no --kmsg: no kernel log
+
+
+def test_cli_screen_names_unknown_sources(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
+    missing = tmp_path / "nope.xml"
+    rc = main(["check", "--sysfs-root", str(tmp_path), "--nvidia-smi-xml", str(missing), "--node", "n1"])
+    out = capsys.readouterr().out
+    assert rc == 3
+    assert "UNKNOWN" in out and "nope.xml" in out and "Traceback" not in out
+
+
+def test_cli_kernel_log_drain_reason(realdata: Path, sysroot: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["check", "--json", "--no-nvml", "--sysfs-root", str(sysroot),
+               "--kmsg", str(realdata.joinpath(*XID119)), "--node", "gpu001"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 2 and doc["action"] == "reset_gpu" and doc["drain"] is True
+    assert "Xid 119" in doc["reason"]
