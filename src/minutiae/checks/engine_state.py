@@ -105,5 +105,8 @@ class EngineState:
         for rid, keys in rules_raw.items():
             if not isinstance(keys, dict):
                 raise DataError(f"state of rule {rid!r} is not an object")
-            rules[str(rid)] = {str(k): KeyState.from_json(v) for k, v in keys.items()}
+            try:
+                rules[str(rid)] = {str(k): KeyState.from_json(v) for k, v in keys.items()}
+            except (TypeError, ValueError, AttributeError) as exc:
+                raise DataError(f"state of rule {rid!r} is damaged: {exc}") from exc
         return cls(boot_time=_opt_time(d.get("boot_time")), rules=rules)

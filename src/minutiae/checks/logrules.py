@@ -27,7 +27,7 @@ from minutiae.checks.catalog import (
     xid_catalog,
 )
 from minutiae.model.findings import Finding, LogEvent, Scalar
-from minutiae.model.vocab import Action, Severity
+from minutiae.model.vocab import Action, Severity, Status
 
 FOLLOW_WINDOW_S = 300.0
 _COMPONENT_PREFIX = {
@@ -152,3 +152,21 @@ def findings_from_events(events: Iterable[LogEvent], *,
     mapper = LogFindingMapper(rules)
     for ev in events:
         yield mapper.finding(ev)
+
+
+def scan_chunks(chunks: Iterable[bytes], *, year: int | None = None,
+                rules: Sequence[LogRule] | None = None) -> Iterator[Finding]:
+    """Kernel-log bytes (as a source streams them) → findings: parser, then rules/catalogs."""
+    from minutiae.parsers.kernel_log import KernelLogParser
+
+    parser = KernelLogParser(rules, year=year)
+    return findings_from_events(parser.parse_chunks(chunks), rules=parser.rules)
+
+
+def nagios_status(findings: Iterable[Finding]) -> Status:
+    """Exit status by the worst finding: none/info → OK, warning → WARNING, error/critical →
+    CRITICAL."""
+    worst = max((f.severity for f in findings), default=Severity.INFO)
+    if worst >= Severity.ERROR:
+        return Status.CRITICAL
+    return Status.WARNING if worst is Severity.WARNING else Status.OK
