@@ -135,7 +135,7 @@ def test_load_history_from_csv_and_db(tmp_path: Path) -> None:
         load_history(p, since=2e9)
     with pytest.raises(InputError, match="no such file"):
         read_runs_file(tmp_path / "missing.csv")
-    with pytest.raises(InputError, match="exactly one"):
+    with pytest.raises(InputError, match="exactly one of --runs FILE, --db PATH or --prom URL"):
         load_history(None, None)
     db = tmp_path / "c.db"
     RunStore(db).put(h.runs)

@@ -74,7 +74,7 @@ def test_whatchanged_and_impact_json(dataset, capsys) -> None:  # type: ignore[n
 
 @pytest.mark.parametrize("argv,msg", [
     (["regress", "--runs", "/nonexistent/runs.csv"], "/nonexistent/runs.csv: no such file"),
-    (["regress"], "give exactly one of --runs FILE or --db PATH"),
+    (["regress"], "give exactly one of --runs FILE, --db PATH or --prom URL"),
     (["regress", "--db", "/nonexistent/c.db"], "/nonexistent/c.db: no such database file"),
     (["impact", "--speedup", "lots", "--where", "nccl>=2", "--runs", "X"], "--speedup 'lots'"),
     (["regress", "--since", "fortnight", "--runs", "X"], "--since 'fortnight'"),

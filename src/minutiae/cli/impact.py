@@ -21,13 +21,13 @@ from minutiae.cli.regress_common import (
 @click.option("--where", "where_text", required=True, help='which runs benefit, e.g. "NCCL>=2.21"')
 @history_options
 def command(speedup: str, where_text: str, runs: Path | None, db: Path | None, since: str | None,
-            as_json: bool) -> None:
+            as_json: bool, prom: str | None) -> None:
     """GPU-days per week a measured speed-up saves across the fleet's actual usage."""
     from minutiae.analyses.regress_impact import impact
     from minutiae.analyses.regress_where import parse_fraction, parse_where
 
     s = parse_fraction(speedup)
-    history = load(runs, db, since)
+    history = load(runs, db, since, prom=prom)
     keys = sorted({k for r in history.runs for k in r.attrs})
     where = parse_where(where_text, keys)
     res = impact(history.runs, s, where)

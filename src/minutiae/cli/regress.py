@@ -17,14 +17,14 @@ from minutiae.cli.regress_common import emit_json, history_options, load, make_c
               help="rollouts.csv (time,node,attr,old,new); default: rollouts.csv beside --runs if "
                    "present, else rollouts inferred from the runs' version columns")
 def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool, job: str | None,
-            rollouts_path: Path | None) -> None:
+            rollouts_path: Path | None, prom: str | None) -> None:
     """Find lasting changes in each signature's step time, and which rollout caused fleet changes."""
     from minutiae.analyses.attribution_rollouts import attribute_rollouts
     from minutiae.analyses.regress import find_change_points, series_noise
     from minutiae.history.rollouts import group_rollouts
     from minutiae.sources.runs_file import read_rollouts
 
-    history = load(runs, db, since, job)
+    history = load(runs, db, since, job, prom)
     if rollouts_path is None and runs is not None and (runs.parent / "rollouts.csv").is_file():
         rollouts_path = runs.parent / "rollouts.csv"
     issues = list(history.issues)

@@ -24,16 +24,18 @@ def history_options(func: F) -> F:
                         help="the controller's SQLite file (tables runs_*)")(func)
     func = click.option("--runs", "runs", type=click.Path(path_type=Path), default=None,
                         help="runs CSV or Parquet: run_id,time,signature,seconds_per_step[,attributes…]")(func)
+    func = click.option("--prom", "prom", default=None,
+                        help="Prometheus URL exporting minutiae_run_seconds_per_step (one series per run)")(func)
     func = click.option("--since", default=None, help="only runs in this window before now, e.g. 14d")(func)
     func = click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout")(func)
     return func
 
 
 def load(runs: Path | None, db: Path | None, since: str | None, job: str | None = None,
-         clock: Clock | None = None) -> History:
+         prom: str | None = None, clock: Clock | None = None) -> History:
     now = (clock or SystemClock()).now()
     start = now - parse_duration(since) if since else None
-    return load_history(runs, db, now=now, since=start, signature=job)
+    return load_history(runs, db, now=now, since=start, signature=job, prom=prom)
 
 
 def make_console() -> Console:

@@ -14,7 +14,7 @@ from minutiae.history.record import RunRecord
 from minutiae.history.rollouts import NodeChange, parse_fleet_csv, parse_rollouts_csv
 from minutiae.history.store import RunStore
 
-MAX_BYTES = 2 * 1024**3
+PROM_DEFAULT_WINDOW_S = 30 * 86400.0
 
 
 def _text(path: Path) -> str:
@@ -71,14 +71,26 @@ class History:
 
 
 def load_history(runs: Path | None = None, db: Path | None = None, *, now: float | None = None,
-                 since: float | None = None, signature: str | None = None) -> History:
-    """Load from ``runs`` (CSV/Parquet) or ``db`` (the controller's SQLite file), filter by
+                 since: float | None = None, signature: str | None = None,
+                 prom: str | None = None) -> History:
+    """Load from ``runs`` (CSV/Parquet), ``db`` (the controller's SQLite file) or ``prom`` (a
+    Prometheus URL; window ``since``..``now``, 30 days by default), filter by
     ``since``/``signature``, then clean (duplicates, skew, …)."""
-    if (runs is None) == (db is None):
-        raise InputError("give exactly one of --runs FILE or --db PATH")
-    if runs is not None:
-        load = read_runs_file(runs)
+    if sum(x is not None for x in (runs, db, prom)) != 1:
+        raise InputError("give exactly one of --runs FILE, --db PATH or --prom URL")
+    if prom is not None:
+        from minutiae.sources.prom_runs import fetch_runs
+
+        if now is None:
+            raise InputError("reading runs from Prometheus needs the current time (now)", prom)
+        load = fetch_runs(prom, since if since is not None else now - PROM_DEFAULT_WINDOW_S, now)
         records: list[RunRecord] = list(load.records)
+        issues = list(load.issues)
+        columns = load.columns
+        origin = prom
+    elif runs is not None:
+        load = read_runs_file(runs)
+        records = list(load.records)
         issues = list(load.issues)
         columns = load.columns
         origin = str(runs)
