@@ -7,6 +7,7 @@ Contract (DESIGN.md): ``gpus`` (each with ``index``, ``numa`` or null, ``cpus`` 
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 from minutiae.errors import ParseError
@@ -30,7 +31,7 @@ def topology_to_json(t: NodeTopology) -> dict[str, Any]:
             for g in t.gpus
         ],
         "nics": [
-            {"name": n.name, "numa": n.numa, "cpus": list(n.cpus), "kind": n.kind.value,
+            {"name": n.name, "numa": n.numa, "kind": n.kind.value,
              **{f: getattr(n, f) for f in _NIC_FIELDS}}
             for n in t.nics
         ],
@@ -56,8 +57,13 @@ def _opt_int(v: Any, what: str) -> int | None:
 
 
 def _ints(v: Any, what: str) -> tuple[int, ...]:
-    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-        raise ValueError(f"{what}: expected a list of integers")
+    # array('q') checks every item is an integer at C speed (CPU lists are long: 200+ items)
+    try:
+        if not isinstance(v, list):
+            raise TypeError
+        array("q", v)
+    except (TypeError, OverflowError):
+        raise ValueError(f"{what}: expected a list of integers") from None
     return tuple(v)
 
 
@@ -65,6 +71,13 @@ def _opt(v: Any, typ: type | tuple[type, ...], what: str) -> Any:
     if v is None or isinstance(v, typ) and not isinstance(v, bool) or typ is bool and isinstance(v, bool):
         return v
     raise ValueError(f"{what}: unexpected value {v!r}")
+
+
+_PATHS = {p.value: p for p in PathType}
+
+
+def _path(v: Any) -> PathType:
+    return _PATHS.get(v) or PathType.parse(str(v))
 
 
 def topology_from_json(obj: Any, where: str | None = None) -> NodeTopology:
@@ -125,9 +138,9 @@ def topology_from_json(obj: Any, where: str | None = None) -> NodeTopology:
         nvmes = [Nvme(name=str(d["name"]), pci=d.get("pci"), numa=_opt_int(d.get("numa"), "nvmes"))
                  for d in obj.get("nvmes") or []]
         paths = obj.get("paths") or {}
-        gpu_nic = {(int(p["gpu"]), str(p["nic"])): PathType.parse(str(p["type"]))
+        gpu_nic = {(int(p["gpu"]), str(p["nic"])): _path(p["type"])
                    for p in paths.get("gpu_nic") or []}
-        gpu_nvme = {(int(p["gpu"]), str(p["nvme"])): PathType.parse(str(p["type"]))
+        gpu_nvme = {(int(p["gpu"]), str(p["nvme"])): _path(p["type"])
                     for p in paths.get("gpu_nvme") or []}
         numa_cpus = {int(k): _ints(v, f"numa_cpus[{k}]")
                      for k, v in (obj.get("numa_cpus") or {}).items()}
