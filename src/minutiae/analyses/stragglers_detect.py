@@ -107,12 +107,15 @@ class SeriesDetector:
                 self.s_fast = np.where(ok, sf, self.s_fast)
                 self.s_slow = np.where(ok, ss, self.s_slow)
                 self.z_prev = np.where(ok, zt, self.z_prev)
-                self.last_step[ok] = step
                 alarmed = self.alarm_step >= 0
                 rt = np.clip(np.where(ok, r[i], 0.0), R_LOW, R_HIGH)
                 quiet = np.stack([self.s_fast == 0.0, self.s_slow == 0.0])
                 grow = ok & ~quiet
-                self.acc_start[grow & (self.acc_n == 0)] = step
+                begin = grow & (self.acc_n == 0)
+                self.acc_start[1, begin[1]] = step
+                # the fast test sees min(z_t, z_t-1): its excursion starts one step late
+                prev = np.where(self.last_step >= 0, self.last_step, step)
+                self.acc_start[0, begin[0]] = prev[begin[0]]
                 self.acc_sum = np.where(quiet, 0.0, self.acc_sum + np.where(grow, rt, 0.0))
                 self.acc_sq = np.where(quiet, 0.0, self.acc_sq + np.where(grow, rt * rt, 0.0))
                 self.acc_n = np.where(quiet, 0, self.acc_n + grow)
@@ -135,6 +138,7 @@ class SeriesDetector:
                     self.alarm_sq[idx] = self.acc_sq[det, idx]
                     self.alarm_n[idx] = self.acc_n[det, idx]
                     fresh.append(idx)
+                self.last_step[ok] = step
         return np.concatenate(fresh) if fresh else np.empty(0, dtype=np.int64)
 
     def alarms(self) -> Alarms:
