@@ -106,7 +106,7 @@ class NodeReport:
         )
         messages = list(dict.fromkeys(f.message for f in worst))
         more = len(messages) - 2
-        return "; ".join(messages[:2]) + (f" (+{more} more)" if more > 0 else "")
+        return " / ".join(messages[:2]) + (f" (+{more} more)" if more > 0 else "")
 
     def to_json(self) -> dict[str, Any]:
         return {

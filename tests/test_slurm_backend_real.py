@@ -1,0 +1,136 @@
+"""``minutiae check --slurm`` and SlurmBackend against the REAL slurmctld started by
+``make test`` (scripts/services/slurm-up.sh). Only nodes gpu001–gpu008 are used (conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from minutiae.actions.base import NodeSchedState
+from minutiae.actions.slurm import SlurmBackend, parse_show_node
+from minutiae.cli.main import main
+from minutiae.errors import BackendError, BackendUnavailable
+from minutiae.testing.sysfs import ib_tree, pcie_device
+
+pytestmark = pytest.mark.slurm
+
+IB = ("infiniband", "gpud", "sys-class-infiniband-h100.0")
+H100_Q = ("nvidia_smi", "gpud", "nvidia-smi-query.535.161.08.out.0.valid")
+XID119 = ("kernel_logs", "gpud", "components_accelerator_nvidia_xid__dmesg-with-xid-119.log")
+MINE = [f"gpu00{i}" for i in range(1, 9)]
+
+
+def _scontrol(conf: str, *args: str) -> str:
+    env = dict(os.environ, SLURM_CONF=conf)
+    out = subprocess.run(["scontrol", *args], env=env, capture_output=True, text=True, timeout=60, check=False)
+    return out.stdout + out.stderr
+
+
+def _reset(conf: str, node: str) -> None:
+    line = _scontrol(conf, "show", "node", "-o", node)
+    n = parse_show_node(line)
+    if "DRAIN" in n.flags or n.state == "DOWN":
+        _scontrol(conf, "update", f"NodeName={node}", "State=RESUME")
+    if n.extra:
+        _scontrol(conf, "update", f"NodeName={node}", "Extra=")
+    if n.comment:
+        _scontrol(conf, "update", f"NodeName={node}", "Comment=")
+
+
+@pytest.fixture()
+def conf(slurm_conf: str) -> Iterator[str]:
+    for node in MINE:
+        _reset(slurm_conf, node)
+    yield slurm_conf
+    for node in MINE:
+        _reset(slurm_conf, node)
+
+
+@pytest.fixture()
+def captures(realdata: Path, tmp_path: Path) -> dict[str, str]:
+    root = ib_tree(tmp_path / "sys", realdata.joinpath(*IB))
+    for bus in ("19", "3b", "4c", "5d", "9b", "bb", "cb", "db"):
+        pcie_device(root, f"0000:{bus}:00.0")
+    return {"sysfs": str(root), "smi": str(realdata.joinpath(*H100_Q)), "xid": str(realdata.joinpath(*XID119)),
+            "state": str(tmp_path / "state.json")}
+
+
+def _check(conf: str, c: dict[str, str], node: str, *, faulty: bool, capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
+    argv = ["check", "--json", "--slurm", "--slurm-conf", conf, "--node", node, "--sysfs-root", c["sysfs"],
+            "--nvidia-smi-xml", c["smi"], "--state-file", c["state"]]
+    if faulty:
+        argv += ["--kmsg", c["xid"]]
+    rc = main(argv)
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == (2 if faulty else 1)
+    return doc  # type: ignore[no-any-return]
+
+
+def test_drain_on_critical_then_resume_when_healthy(conf: str, captures: dict[str, str],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _check(conf, captures, "gpu001", faulty=True, capsys=capsys)
+    assert doc["slurm"]["outcome"] == "drained"
+    n = parse_show_node(_scontrol(conf, "show", "node", "-o", "gpu001"))
+    assert "DRAIN" in n.flags
+    assert n.reason == ("minutiae: GSP firmware RPC timeout on GPU 0000:9b:00.0 / "
+                        "Xid 119 (GSP_RPC_TIMEOUT) on GPU 0000:9b:00.0")
+    # the same fault again: nothing changes
+    assert _check(conf, captures, "gpu001", faulty=True, capsys=capsys)["slurm"]["outcome"] == "already_drained"
+    # healthy (WARNING only) → our drain is resumed
+    assert _check(conf, captures, "gpu001", faulty=False, capsys=capsys)["slurm"]["outcome"] == "resumed"
+    n = parse_show_node(_scontrol(conf, "show", "node", "-o", "gpu001"))
+    assert "DRAIN" not in n.flags and n.reason is None
+
+
+def test_admin_drain_is_left_alone(conf: str, captures: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    _scontrol(conf, "update", "NodeName=gpu002", "State=DRAIN", "Reason=admin: bad fan, ticket 4711")
+    _scontrol(conf, "update", "NodeName=gpu002", "Comment=do not touch")
+    for faulty in (True, False):
+        doc = _check(conf, captures, "gpu002", faulty=faulty, capsys=capsys)
+        assert doc["slurm"]["outcome"] == "left_alone"
+    n = parse_show_node(_scontrol(conf, "show", "node", "-o", "gpu002"))
+    assert "DRAIN" in n.flags
+    assert n.reason == "admin: bad fan, ticket 4711"
+    assert n.comment == "do not touch"
+
+
+def test_backend_contract_on_real_slurm(conf: str) -> None:
+    b = SlurmBackend(conf)
+    assert b.state("gpu003").state is NodeSchedState.AVAILABLE
+    b.drain("gpu003", "xid 79 gpu 0000:44:00 fell off bus")
+    st = b.state("gpu003")
+    assert (st.state, st.reason, st.ours) == (NodeSchedState.DRAINED, "minutiae: xid 79 gpu 0000:44:00 fell off bus", True)
+    b.annotate("gpu003", "since", "2026-11-30T09:00:00")
+    assert "minutiae.since=2026-11-30T09:00:00" in _scontrol(conf, "show", "node", "-o", "gpu003")
+    b.resume("gpu003")
+    b.resume("gpu003")  # idempotent
+    assert b.state("gpu003").state is NodeSchedState.AVAILABLE
+    _scontrol(conf, "update", "NodeName=gpu004", "State=DRAIN", "Reason=other-tool: maintenance")
+    with pytest.raises(BackendError, match="refusing to resume gpu004"):
+        b.resume("gpu004")
+    b.drain("gpu004", "x")
+    assert b.state("gpu004").reason == "other-tool: maintenance"
+    with pytest.raises(BackendError, match="not found"):
+        b.state("gpu999")
+
+
+def test_unreachable_slurmctld(tmp_path: Path, slurm_conf: str) -> None:
+    bad = tmp_path / "slurm.conf"
+    bad.write_text(Path(slurm_conf).read_text().replace("SlurmctldPort=6817", "SlurmctldPort=6999"))
+    with pytest.raises(BackendUnavailable, match="slurm"):
+        SlurmBackend(str(bad), timeout_s=4).state("gpu005")
+
+
+def test_unreachable_from_the_cli_is_a_clear_error(tmp_path: Path, slurm_conf: str, captures: dict[str, str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "slurm.conf"
+    bad.write_text(Path(slurm_conf).read_text().replace("SlurmctldPort=6817", "SlurmctldPort=6999"))
+    rc = main(["check", "--slurm", "--slurm-conf", str(bad), "--node", "gpu005", "--sysfs-root", captures["sysfs"],
+               "--nvidia-smi-xml", captures["smi"]])
+    err = capsys.readouterr().err
+    assert rc == 3 and "minutiae: error: slurm:" in err and "Traceback" not in err
