@@ -163,8 +163,14 @@ class KernelLogParser:
             line_no += 1
         st.line_no = line_no
         if self._max_back:
-            lines = buf.rstrip(b"\n").rsplit(b"\n", self._max_back)[-self._max_back:]
-            st.tail = (st.tail + lines)[-self._max_back:] if len(lines) < self._max_back else lines
+            end = n - 1 if n and buf[-1] == 0x0A else n
+            lines: list[bytes] = []
+            while len(lines) < self._max_back and end > 0:
+                s = buf.rfind(b"\n", 0, end) + 1
+                lines.append(buf[s:end])
+                end = s - 1
+            lines.reverse()
+            st.tail = (st.tail + lines)[-self._max_back:]
 
     def _before(self, buf: bytes, start: int, k: int, st: _State) -> list[bytes]:
         """Up to ``k`` physical lines before offset ``start`` (oldest first)."""

@@ -1,0 +1,169 @@
+"""Benchmark: ``minutiae logscan`` throughput on a 1,000,000-line realistic kernel log.
+
+Generates (in a temporary directory) a dmesg --time-format iso log: benign lines modelled on the
+real captures in ../shared/realdata/kernel_logs (IPv6 ADDRCONF, nvswitch opens, perf, mlx5 and
+PCI banners, audit/apparmor, systemd ...) with ~0.1 % fault lines (Xid 13/31/48/79/119, AER,
+EDAC, soft lockups, mlx5 link down, OOM kills). Then, on one core, in the same run:
+
+- minutiae: source (file chunks) → parser (re2 prefilter + rules) → findings, lines/s;
+- the same with the stdlib ``re`` prefilter (what you get without google-re2);
+- ``grep -E -c -f PATTERNS`` with the same prefilter patterns on the same file (LC_ALL=C);
+
+and prints the medians of REPEATS runs and the ratios. Run: ``.venv/bin/python bench/logscan/run.py``
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LINES = int(os.environ.get("BENCH_LINES", "1000000"))
+FAULT_RATE = 0.001
+REPEATS = int(os.environ.get("BENCH_REPEATS", "5"))
+
+BENIGN = [
+    "IPv6: ADDRCONF(NETDEV_CHANGE): cali{hex}: link becomes ready",
+    "IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready",
+    "nvidia-nvswitch{n}: open (major=510)",
+    "perf: interrupt took too long ({a} > {b}), lowering kernel.perf_event_max_sample_rate to {c}",
+    "audit: type=1400 audit({t}.{ms}:{n}): apparmor=\"STATUS\" operation=\"profile_replace\" profile=\"unconfined\" name=\"snap.lxd.hook\" pid={pid} comm=\"apparmor_parser\"",
+    "mlx5_core 0000:{bus}:00.0: E-Switch: Total vports 18, per vport: max uc(128) max mc(2048)",
+    "mlx5_core 0000:{bus}:00.0: Rate limit: 127 rates are supported, range: 0Mbps to 97656Mbps",
+    "pci 0000:{bus}:00.0: BAR 13: failed to assign [io  size 0x1000]",
+    "systemd[1]: Started Session {n} of User root.",
+    "systemd-journald[{pid}]: Time spent on flushing to /var is 1.205ms for 1234 entries.",
+    "docker0: port {n}(veth{hex}) entered forwarding state",
+    "device veth{hex} entered promiscuous mode",
+    "EXT4-fs (nvme0n1p1): mounted filesystem with ordered data mode. Opts: (null). Quota mode: none.",
+    "ata{n}: SATA link down (SStatus 0 SControl 300)",
+    "NFSD: Using nfsdcld client tracking operations.",
+    "clocksource: Long readout interval, skipping watchdog check: cs_nsec: 1584036171 wd_nsec: 1584036160",
+    "TCP: request_sock_TCP: Possible SYN flooding on port 6443. Sending cookies.  Check SNMP counters.",
+]
+FAULTS = [
+    "NVRM: Xid (PCI:0000:{bus}:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 8, TPC 5, SM 0): Out Of Range Address",
+    "NVRM: Xid (PCI:0000:{bus}:00): 31, pid={pid}, name=python, Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f_3c000000",
+    "NVRM: Xid (PCI:0000:{bus}:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer",
+    "NVRM: Xid (PCI:0000:{bus}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+    "NVRM: Xid (PCI:0000:{bus}:00): 119, pid={pid}, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20801813 0x4c).",
+    "nvidia 0000:{bus}:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)",
+    "EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0 (channel:1 slot:0 page:0x4a1b2 offset:0x0 grain:32 syndrome:0x0)",
+    "watchdog: BUG: soft lockup - CPU#{n} stuck for 23s! [python:{pid}]",
+    "mlx5_core 0000:{bus}:00.1 enp{n}s0f1np1: Link down",
+    "Out of memory: Killed process {pid} (python3) total-vm:1234567kB, anon-rss:987654kB",
+]
+
+
+def _fill(tpl: str, rnd: random.Random) -> str:
+    return tpl.format(hex=f"{rnd.getrandbits(44):011x}", n=rnd.randrange(64),
+                      a=rnd.randrange(2500, 9000), b=rnd.randrange(2500, 9000),
+                      c=rnd.randrange(20000, 80000), t=1_700_000_000 + rnd.randrange(10**6),
+                      ms=rnd.randrange(1000), pid=rnd.randrange(1, 4_000_000),
+                      bus=rnd.choice(["1b", "38", "44", "9b", "bc", "dc"]))
+
+
+def generate(path: Path, lines: int, seed: int = 7) -> int:
+    rnd = random.Random(seed)
+    levels = ["info ", "warn ", "err  ", "debug"]
+    t0 = 1_737_100_000.0
+    faults = 0
+    with path.open("w", encoding="utf-8") as fh:
+        for i in range(lines):
+            t = t0 + i * 0.37
+            sec = int(t)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+            if rnd.random() < FAULT_RATE:
+                msg = _fill(rnd.choice(FAULTS), rnd)
+                faults += 1
+            else:
+                msg = _fill(rnd.choice(BENIGN), rnd)
+            fh.write(f"kern  :{rnd.choice(levels)} : {stamp},{int((t - sec) * 1e6):06d}+00:00 {msg}\n")
+    return faults
+
+
+def time_minutiae(path: Path, use_re2: bool) -> tuple[float, float, int]:
+    from minutiae.checks.logrules import findings_from_events
+    from minutiae.parsers import kernel_log
+    from minutiae.sources.kmsg import iter_kernel_log
+
+    saved = kernel_log._re2
+    if not use_re2:
+        kernel_log._re2 = None
+    try:
+        parser = kernel_log.KernelLogParser(year=2025)
+        t, c = time.perf_counter(), time.process_time()
+        n = sum(1 for _ in findings_from_events(parser.parse_chunks(iter_kernel_log(path))))
+        return time.perf_counter() - t, time.process_time() - c, n
+    finally:
+        kernel_log._re2 = saved
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def time_grep(path: Path, patterns: Path) -> tuple[float, float, int]:
+    grep = shutil.which("grep")
+    assert grep is not None
+    t, c = time.perf_counter(), _children_cpu()
+    out = subprocess.run([grep, "-E", "-c", "-f", str(patterns), str(path)], capture_output=True,
+                         check=False, env={**os.environ, "LC_ALL": "C"}, timeout=600)
+    return time.perf_counter() - t, _children_cpu() - c, int(out.stdout or 0)
+
+
+def main() -> None:
+    try:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
+    except (AttributeError, OSError):
+        pass
+    from minutiae.parsers.kernel_log import _re2, prefilter_patterns
+
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "kern.log"
+        faults = generate(log, LINES)
+        pats = Path(d) / "patterns"
+        # the same literal keywords as ERE (one per line); grep -E gets exactly our prefilter
+        pats.write_text("\n".join(re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", p)
+                                  for p in prefilter_patterns()) + "\n")
+        size_mb = log.stat().st_size / 1e6
+        print(f"log: {LINES:,} lines, {size_mb:.0f} MB, {faults} fault lines "
+              f"({faults / LINES:.2%}); {len(prefilter_patterns())} prefilter keywords; "
+              f"re2: {'yes' if _re2 is not None else 'no'}; python {sys.version.split()[0]}")
+        names = ("minutiae (re2 prefilter)", "minutiae (stdlib re prefilter)",
+                 "grep -E (same patterns)")
+        wall: dict[str, list[float]] = {k: [] for k in names}
+        cpu: dict[str, list[float]] = {k: [] for k in names}
+        counts: dict[str, int] = {}
+        for _ in range(REPEATS):
+            for name, fn in ((names[0], lambda: time_minutiae(log, True)),
+                             (names[1], lambda: time_minutiae(log, False)),
+                             (names[2], lambda: time_grep(log, pats))):
+                w, c, n = fn()
+                wall[name].append(w)
+                cpu[name].append(c)
+                counts[name] = n
+        print(f"{'':32s} {'wall s':>7s} {'cpu s':>7s} {'lines/s (cpu)':>14s} {'matches':>8s}")
+        mw = {k: statistics.median(v) for k, v in wall.items()}
+        mc = {k: statistics.median(v) for k, v in cpu.items()}
+        for name in names:
+            print(f"{name:32s} {mw[name]:7.3f} {mc[name]:7.3f} {LINES / mc[name]:14,.0f} "
+                  f"{counts[name]:8d}")
+        g = mc[names[2]]
+        print(f"ratio to grep (cpu): re2 {mc[names[0]] / g:.2f}x, stdlib re {mc[names[1]] / g:.2f}x; "
+              f"wall: re2 {mw[names[0]] / mw[names[2]]:.2f}x "
+              f"(medians of {REPEATS}; goal >= 1,000,000 lines/s and <= 3x grep)")
+        print("(grep counts lines its patterns match; minutiae counts findings after the rules)")
+
+
+if __name__ == "__main__":
+    main()
