@@ -14,6 +14,7 @@ and prints the medians of REPEATS runs and the ratios. Run: ``.venv/bin/python b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -122,10 +123,8 @@ def time_grep(path: Path, patterns: Path) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    try:
+    with contextlib.suppress(AttributeError, OSError):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
-    except (AttributeError, OSError):
-        pass
     from minutiae.parsers.kernel_log import _re2, prefilter_patterns
 
     with tempfile.TemporaryDirectory() as d:
