@@ -16,7 +16,6 @@ from minutiae.parsers.proc_status import parse_cgroup, parse_stat, parse_status
 from minutiae.parsers.topology import parse_topology
 from minutiae.parsers.topology_json import topology_from_json
 
-ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 SAMPLES = [
     "nvidia_smi/ml-engineering/topo_m_8xH100_nv18_numa.txt",
     "nccl_topo/aws-ofi-nccl/p4d-24xl-topo.xml",
@@ -26,8 +25,8 @@ SAMPLES = [
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _sample(rel: str) -> bytes:
-    p = ROOT / rel
+def _sample(realdata: Path, rel: str) -> bytes:
+    p = realdata / rel
     if not p.exists():
         pytest.skip(f"missing {p}")
     return p.read_bytes()
@@ -45,16 +44,16 @@ def _parse_ok(data: bytes) -> None:
 @pytest.mark.parametrize("rel", SAMPLES)
 @FAST
 @given(cut=st.floats(min_value=0.0, max_value=1.0))
-def test_truncated_real_captures(rel: str, cut: float) -> None:
-    data = _sample(rel)
+def test_truncated_real_captures(realdata: Path, rel: str, cut: float) -> None:
+    data = _sample(realdata, rel)
     _parse_ok(data[: int(len(data) * cut)])
 
 
 @pytest.mark.parametrize("rel", SAMPLES)
 @FAST
 @given(pos=st.floats(min_value=0.0, max_value=1.0), junk=st.binary(min_size=1, max_size=40))
-def test_corrupted_real_captures(rel: str, pos: float, junk: bytes) -> None:
-    data = _sample(rel)
+def test_corrupted_real_captures(realdata: Path, rel: str, pos: float, junk: bytes) -> None:
+    data = _sample(realdata, rel)
     i = int(len(data) * pos)
     _parse_ok(data[:i] + junk + data[i + len(junk):])
 
