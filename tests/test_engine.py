@@ -246,7 +246,7 @@ def test_examples_of_test_rules_run():
 def test_examples_of_shipped_engine_rules_run():
     shipped = shipped_engine_rules()
     if not shipped:
-        pytest.skip("no engine rule catalogs shipped yet (counters.toml)")
+        pytest.skip("no engine rule catalogs shipped")
     for r in shipped:
         for ex in r.examples:
             alarm, flapping = run_example(r, ex)
@@ -262,3 +262,24 @@ def test_build_rejects_duplicates():
     ]}
     with pytest.raises(ConfigError, match="duplicate"):
         build_engine_rules(doc, "d.toml")
+
+
+def test_shipped_log_count_rules_on_a_real_xid13_burst(realdata):
+    from minutiae.checks.logrules import findings_from_events
+    from minutiae.parsers.kernel_log import parse_text
+
+    path = realdata / "kernel_logs/gpud/pkg_dmesg__dmesg.decode.iso.log.0"
+    findings = list(findings_from_events(parse_text(path.read_text())))
+    last = max(f.time for f in findings).timestamp()
+    in_hour = sum(1 for f in findings if f.code in (13, 31) and f.time.timestamp() >= last - 3600)
+    clock = FakeClock(last)
+    eng = Engine(shipped_engine_rules(), clock=clock, node="gpu001")
+    eng.record(findings)
+    (alarm,) = eng.evaluate().findings
+    assert alarm.rule == "xid-app-repeats-same-gpu" and alarm.component == "0000:38:00.0"
+    assert alarm.attrs["value"] == in_hour > 10
+    assert not alarm.action.drains  # application-class Xids never drain by themselves
+    clock.advance(3600 + 1)  # an hour later the window is empty, and after clear_after_s it clears
+    assert eng.evaluate().findings != ()
+    clock.advance(3600)
+    assert eng.evaluate().findings == ()
