@@ -25,6 +25,8 @@ from minutiae.history.rollouts import Rollout
 WEEK = 7 * 86400.0
 #: family-wise false-alarm rate over all rollouts tested (Bonferroni)
 ALPHA = 0.01
+#: family-wise rate for the per-signature hints
+HINT_ALPHA = 0.001
 #: smallest effect we call a cause (fraction)
 MIN_EFFECT = 0.005
 
@@ -32,8 +34,12 @@ MIN_EFFECT = 0.005
 @dataclass(frozen=True, slots=True)
 class RolloutVerdict:
     """``effect``: step-time change of exposed runs (fraction, + = slower) net of the other
-    rollouts; ``exposure``: ``any`` or ``all`` (which fitted better); ``cause``: significant
-    after Bonferroni over all rollouts and at least ``MIN_EFFECT``; ``gpu_hours_per_week``: GPU-hours
+    rollouts; ``exposure``: ``any`` or ``all`` (which fitted better); ``by_signature``: a *hint*,
+    signatures whose runs with the rollout differ significantly from their runs without it
+    (Bonferroni over rollouts × signatures; a change that only hurts one model shows here while
+    the fleet-wide effect is diluted) — within one signature this is confounded with the
+    signature's own changes at the same time, so it never makes ``cause``; ``cause``: the
+    fleet-wide effect is significant after Bonferroni over rollouts and at least ``MIN_EFFECT``; ``gpu_hours_per_week``: GPU-hours
     the change costs (+) or saves (−) per week over the exposed runs since the rollout started
     (None when runs lack GPU counts or durations); ``runs_exposed``: runs that met it."""
 
@@ -48,6 +54,7 @@ class RolloutVerdict:
     cause: bool
     gpu_hours_per_week: float | None
     runs_exposed: int
+    by_signature: tuple[tuple[str, Effect], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "attr": self.attr, "old": self.old, "new": self.new,
@@ -55,7 +62,8 @@ class RolloutVerdict:
                 "effect": self.effect.to_json() if self.effect else None, "cause": self.cause,
                 "gpu_hours_per_week": None if self.gpu_hours_per_week is None
                 else round(self.gpu_hours_per_week, 2),
-                "runs_exposed": self.runs_exposed}
+                "runs_exposed": self.runs_exposed,
+                "signatures": [{"signature": sig, **e.to_json()} for sig, e in self.by_signature]}
 
 
 def _exposure_from_nodes(panel: Panel, ro: Rollout) -> tuple[np.ndarray, np.ndarray]:
@@ -107,18 +115,54 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
     fit_all = fe_joint(panel, np.column_stack(alls))
     t_end = float(panel.t.max())
     hours = np.array([r.gpu_hours() if r.gpu_hours() is not None else np.nan for r in panel.runs])
-    out = []
-    for i, ro in enumerate(ros):
+    chosen: list[np.ndarray] = []
+    effects: list[Effect | None] = []
+    for i in range(len(ros)):
         ea, el = fit_any[i], fit_all[i]
         use_all = el is not None and (ea is None or abs(math.log1p(el.change)) / el.se
                                       > abs(math.log1p(ea.change)) / ea.se)
-        eff, x = (el, alls[i]) if use_all else (ea, anys[i])
-        cause = bool(eff is not None and eff.p_value < ALPHA / len(ros) and abs(eff.change) >= MIN_EFFECT)
-        cost = None
-        if eff is not None and not np.isnan(hours[x > 0]).any():
-            weeks = max((t_end - ro.start) / WEEK, 1.0 / 7.0)
-            frac = eff.change / (1.0 + eff.change)   # share of an exposed run's time due to it
-            cost = float((hours * x)[x > 0].sum() * frac / weeks)
+        chosen.append(alls[i] if use_all else anys[i])
+        effects.append(el if use_all else ea)
+    xmat = np.column_stack(chosen)
+    sig_names = sorted({r.signature for r in panel.runs})
+    out = []
+    for i, ro in enumerate(ros):
+        eff, x = effects[i], chosen[i]
+        main = bool(eff is not None and eff.p_value < ALPHA / len(ros) and abs(eff.change) >= MIN_EFFECT)
+        by_sig = _per_signature(panel, xmat, i, sig_names, len(ros))
+        weeks = max((t_end - ro.start) / WEEK, 1.0 / 7.0)
+        cost = None if eff is None else _cost(hours, x, np.ones(len(x), bool), eff.change, weeks)
+        use_all = x is alls[i]
         out.append(RolloutVerdict(ro.name, ro.attr, ro.old, ro.new, ro.start, len(ro.at),
-                                  "all" if use_all else "any", eff, cause, cost, int((x > 0).sum())))
+                                  "all" if use_all else "any", eff, main, cost,
+                                  int((x > 0).sum()), tuple(by_sig)))
     return sorted(out, key=lambda v: (not v.cause, -(abs(v.effect.change) if v.effect else 0.0)))
+
+
+def _cost(hours: np.ndarray, x: np.ndarray, mask: np.ndarray, change: float, weeks: float) -> float | None:
+    """GPU-hours per week the change costs over the exposed runs in ``mask``."""
+    sel = (x > 0) & mask
+    if np.isnan(hours[sel]).any():
+        return None
+    frac = change / (1.0 + change)   # share of an exposed run's time due to the change
+    return float((hours[sel] * x[sel]).sum() * frac / weeks)
+
+
+def _per_signature(panel: Panel, xmat: np.ndarray, i: int, sigs: list[str], n_rollouts: int,
+                   ) -> list[tuple[str, Effect]]:
+    """Rollout ``i`` split into one column per signature (others kept fleet-wide)."""
+    x = xmat[:, i]
+    cols, names = [], []
+    for k, sg in enumerate(sigs):
+        m = panel.g == k
+        on = x[m] > 0
+        if on.sum() >= 3 and (~on).sum() >= 3:
+            cols.append(x * m)
+            names.append(sg)
+    if len(names) < 2:       # one signature: the fleet-wide effect already is that signature's
+        return []
+    others = np.delete(xmat, i, axis=1)
+    fit = fe_joint(panel, np.column_stack([others, *cols]))[others.shape[1]:]
+    alpha = HINT_ALPHA / (n_rollouts * len(names))
+    return [(sg, e) for sg, e in zip(names, fit, strict=True)
+            if e is not None and e.p_value < alpha and abs(e.change) >= MIN_EFFECT]

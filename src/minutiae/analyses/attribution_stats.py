@@ -55,26 +55,28 @@ class Panel:
     n_groups: int
     n_bins: int
 
-    def _one(self, a: F64) -> F64:
-        cg = np.maximum(np.bincount(self.g, minlength=self.n_groups), 1).astype(float)
-        cd = np.maximum(np.bincount(self.d, minlength=self.n_bins), 1).astype(float)
-        out = a.copy()
-        for _ in range(200):
-            out = out - (np.bincount(self.g, weights=out, minlength=self.n_groups) / cg)[self.g]
-            step = (np.bincount(self.d, weights=out, minlength=self.n_bins) / cd)[self.d]
-            out = out - step
-            if float(np.abs(step).max(initial=0.0)) < 1e-12:
-                break
-        return out
-
     def demean(self, a: F64) -> F64:
-        """Remove signature and time-bin means (alternating projections; columns independently)."""
-        if a.ndim == 1:
-            return self._one(a)
-        out = np.empty_like(a)
-        for j in range(a.shape[1]):
-            out[:, j] = self._one(a[:, j])
-        return out
+        """Remove signature and time-bin means (alternating projections, all columns at once)."""
+        from scipy import sparse
+
+        n = self.g.size
+        ones = np.ones(n)
+        gm = sparse.csr_matrix((ones, (np.arange(n), self.g)), shape=(n, self.n_groups))
+        dm = sparse.csr_matrix((ones, (np.arange(n), self.d)), shape=(n, self.n_bins))
+        cg = np.maximum(np.asarray(gm.sum(axis=0)).ravel(), 1.0)
+        cd = np.maximum(np.asarray(dm.sum(axis=0)).ravel(), 1.0)
+        out = np.array(a, dtype=np.float64, copy=True)
+        flat = out.ndim == 1
+        if flat:
+            out = out[:, None]
+        scale = max(float(np.abs(out).max(initial=0.0)), 1e-12)
+        for _ in range(500):
+            out = out - gm @ ((gm.T @ out) / cg[:, None])
+            step = dm @ ((dm.T @ out) / cd[:, None])
+            out = out - step
+            if float(np.abs(step).max(initial=0.0)) < 1e-10 * scale:
+                break
+        return out[:, 0] if flat else out
 
 
 def make_panel(runs: Sequence[RunRecord], bin_s: float = DAY) -> Panel:

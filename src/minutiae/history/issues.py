@@ -12,7 +12,8 @@ class IssueKind(Enum):
     CONFLICT = "conflict"                # one run_id with different contents (first kept)
     SINGLE_RUN = "single_run"            # a signature seen once: no series, no change points
     MISSING_VERSION = "missing_version"  # a software attribute empty on some runs (unknown)
-    CLOCK_SKEW = "clock_skew"            # times in the future or out of order with run ids
+    CLOCK_SKEW = "clock_skew"            # times in the future or before the clock was set
+    JOINED = "joined"                    # usage or node names taken from the scheduler's jobs.csv
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,9 @@ class HistoryIssue:
     kind: IssueKind
     message: str
     run_ids: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.message
 
     def to_json(self) -> dict[str, object]:
         return {"kind": self.kind.value, "message": self.message, "run_ids": list(self.run_ids)}

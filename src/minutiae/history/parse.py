@@ -121,8 +121,13 @@ def _row_to_record(row: Mapping[str, str], metric: Metric, attr_cols: Sequence[s
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{metric.value} {raw!r} is not a positive number")
     time = parse_time(row.get("time") or "")
-    nodes = expand_nodes(row.get("nodes") or "")
+    nodes_text = (row.get("nodes") or "").strip()
     attrs = {}
+    if nodes_text.isdigit():        # a node count, not names (the simulator's runs.csv)
+        nodes: tuple[str, ...] = ()
+        attrs["node_count"] = frozenset({str(int(nodes_text))})
+    else:
+        nodes = expand_nodes(nodes_text)
     for col in attr_cols:
         text = (row.get(col) or "").strip()
         attrs[col] = frozenset(v for v in _SPLIT.split(text) if v and v.lower() not in ("nan", "null", "none", "-"))

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from minutiae.errors import DataError, InputError, ParseError
 from minutiae.history.clean import clean_runs
-from minutiae.history.issues import HistoryIssue
+from minutiae.history.issues import HistoryIssue, IssueKind
 from minutiae.history.parse import RunLoad, parse_runs_csv, records_from_rows
 from minutiae.history.record import RunRecord
 from minutiae.history.rollouts import NodeChange, parse_fleet_csv, parse_rollouts_csv
 from minutiae.history.store import RunStore
+from minutiae.history.usage import join_usage, parse_jobs_csv
 
 PROM_DEFAULT_WINDOW_S = 30 * 86400.0
 
@@ -94,6 +95,13 @@ def load_history(runs: Path | None = None, db: Path | None = None, *, now: float
         issues = list(load.issues)
         columns = load.columns
         origin = str(runs)
+        jobs_path = runs.parent / "jobs.csv"
+        if jobs_path.is_file() and any(r.gpu_hours() is None or not r.nodes for r in records):
+            jobs, more = parse_jobs_csv(_text(jobs_path), str(jobs_path))
+            records, joined = join_usage(records, jobs)
+            issues += more
+            issues.append(HistoryIssue(IssueKind.JOINED, f"GPU counts, durations and node names of {joined} "
+                                       f"run(s) taken from {jobs_path} (run_id = job_id)"))
     else:
         assert db is not None
         if not db.exists():
