@@ -34,15 +34,20 @@ class AgentOptions:
     use_nvml: bool = True
     expected_gpus: int | None = None
     expected_driver: str | None = None
+    checks: tuple[str, ...] = ("gpu", "ib", "pcie", "kernel_log")
     cycles: int | None = None
 
 
 def run_agent(o: AgentOptions) -> None:
     from prometheus_client import start_http_server
 
-    from minutiae.checks.node import CheckConfig, run_check
+    from minutiae.checks.node import CHECKS, CheckConfig, run_check
 
     node = validate_node(o.node or socket.gethostname().split(".")[0])
+    bad = [c for c in o.checks if c not in CHECKS]
+    if bad or not o.checks:
+        raise ConfigError(f"--checks: unknown {', '.join(bad) or '(none given)'} "
+                          f"(known: {', '.join(CHECKS)})")
     state = Path(o.state_dir)
     try:
         state.mkdir(parents=True, exist_ok=True)
@@ -52,7 +57,7 @@ def run_agent(o: AgentOptions) -> None:
                       nvidia_smi_xml=Path(o.nvidia_smi_xml) if o.nvidia_smi_xml else None,
                       dcgm=o.dcgm, expected_gpus=o.expected_gpus,
                       expected_driver=o.expected_driver, state_file=state / "check-state.json",
-                      node=node, use_nvml=o.use_nvml)
+                      node=node, use_nvml=o.use_nvml, checks=o.checks)
     clock = SystemClock()
 
     def check() -> ReportLike:

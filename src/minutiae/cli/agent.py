@@ -39,11 +39,14 @@ def _domains(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--no-nvml", is_flag=True, help="never load NVML")
 @click.option("--expected-gpus", type=int, default=None)
 @click.option("--expected-driver", default=None)
+@click.option("--checks", default="gpu,ib,pcie,kernel_log", show_default=True,
+              help="comma-separated check groups to run")
 @click.option("--cycles", type=int, default=None, help="stop after N runs (default: forever)")
 def command(controller: str | None, token_file: str | None, interval: float, state_dir: str,
             metrics_listen: str, node: str | None, domains: tuple[str, ...], sysfs_root: str,
             kmsg: str, nvidia_smi_xml: str | None, dcgm: str | None, no_nvml: bool,
-            expected_gpus: int | None, expected_driver: str | None, cycles: int | None) -> None:
+            expected_gpus: int | None, expected_driver: str | None, checks: str,
+            cycles: int | None) -> None:
     """Run the node checks every --interval seconds, serve /metrics, push to the controller."""
     from minutiae.agent.daemon import AgentOptions, run_agent
     from minutiae.cli.tokens import read_token
@@ -56,4 +59,4 @@ def command(controller: str | None, token_file: str | None, interval: float, sta
         metrics_listen=metrics_listen, node=node, domains=_domains(domains),
         sysfs_root=sysfs_root, kmsg=kmsg or None, nvidia_smi_xml=nvidia_smi_xml, dcgm=dcgm,
         use_nvml=not no_nvml, expected_gpus=expected_gpus, expected_driver=expected_driver,
-        cycles=cycles))
+        checks=tuple(c.strip() for c in checks.split(",") if c.strip()), cycles=cycles))

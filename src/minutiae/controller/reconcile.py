@@ -59,6 +59,7 @@ class Assessment:
     rule: str = ""
     step: Action | None = None
     evidence: tuple[str, ...] = ()
+    summary: str = ""
 
 
 def evidence_line(f: Finding) -> str:
@@ -85,7 +86,10 @@ def assess(report: Report | None, policy: Policy, now: float) -> Assessment:
         if best is None or step > best[0]:
             best = (step, rule.name, f)
     if best is not None:
-        return Assessment(Health.UNHEALTHY, rule=best[1], step=best[0], evidence=tuple(lines))
+        f = best[2]
+        summary = f.kind if f.code is None else f"{f.kind} {f.code}"
+        return Assessment(Health.UNHEALTHY, rule=best[1], step=best[0], evidence=tuple(lines),
+                          summary=summary)
     if report.status is Status.UNKNOWN:
         return Assessment(Health.UNKNOWN, evidence=report.unknown or ("checks could not run",))
     return Assessment(Health.HEALTHY)
@@ -198,7 +202,7 @@ def reconcile(fleet: FleetState, policy: Policy, now: float) -> Plan:
             rule = f"{a.rule}+lemon"
             evidence = (*evidence, f"lemon: {len(recent) + 1} drains within "
                         f"{policy.lemon.days:g} days, straight to {first.label}")
-        reason = make_reason(f"{rule} {_short(a)} step={first.label}")
+        reason = make_reason(f"{rule} {a.summary} step={first.label}")
         if stop is not None:
             verdict = stop
         else:
@@ -248,13 +252,6 @@ def reconcile(fleet: FleetState, policy: Policy, now: float) -> Plan:
     memory = ControllerMemory(nodes=mem_nodes, buckets=buckets_ledger.buckets, pause=pause,
                               breaker_since=mem_in.breaker_since)
     return Plan(tuple(decisions), memory, tuple(alerts), policy.dry_run)
-
-
-def _short(a: Assessment) -> str:
-    first = a.evidence[0] if a.evidence else ""
-    # "[critical/reboot] xid 79 gpu:...: message" -> "xid 79"
-    head = first.split("] ", 1)[-1].split(":", 1)[0]
-    return " ".join(head.split()[:2])
 
 
 def _store(mem: dict[str, NodeMemory], name: str, m: NodeMemory, now: float,

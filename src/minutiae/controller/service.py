@@ -37,7 +37,7 @@ from minutiae.controller.wire import report_from_json
 from minutiae.errors import BackendError, BackendUnavailable, MinutiaeError
 from minutiae.model import Status
 
-REMEDIATION_KEY = "minutiae.remediation"
+REMEDIATION_KEY = "remediation"
 _BUSY = (NodeSchedState.DRAINED, NodeSchedState.DRAINING)
 
 

@@ -1,0 +1,84 @@
+"""``minutiae status|nodes|explain|pause|unpause``: talk to the controller API. No logic here:
+the client (``minutiae.controller.client``) fetches, the formatters print."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+_controller = click.option("--controller", envvar="MINUTIAE_CONTROLLER",
+                           default="http://127.0.0.1:8470", show_default=True,
+                           help="controller URL ($MINUTIAE_CONTROLLER)")
+_json = click.option("--json", "as_json", is_flag=True, help="print the API's JSON")
+_token = click.option("--token-file", default=None, help="bearer token file (else "
+                      "$MINUTIAE_TOKEN)")
+
+
+def _out(data: Any, as_json: bool, text: str) -> None:
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+
+
+@click.command("status")
+@_controller
+@_json
+def status(controller: str, as_json: bool) -> None:
+    """Fleet summary: health, unavailable nodes, pause/breaker, recent problems."""
+    from minutiae.controller.client import Client, format_status
+
+    data = Client(controller).get("/v1/status")
+    _out(data, as_json, format_status(data))
+
+
+@click.command("nodes")
+@_controller
+@_json
+def nodes(controller: str, as_json: bool) -> None:
+    """Every reporting node: health, scheduler state, reason, remediation step."""
+    from minutiae.controller.client import Client, format_nodes
+
+    data = Client(controller).get("/v1/nodes")
+    _out(data, as_json, format_nodes(data))
+
+
+@click.command("explain")
+@click.argument("node")
+@_controller
+@_json
+def explain(node: str, controller: str, as_json: bool) -> None:
+    """Why NODE is drained: evidence, rule, budget decision and the command that undoes it."""
+    from minutiae.actions.base import validate_node
+    from minutiae.controller.client import Client, format_explain
+
+    data = Client(controller).get(f"/v1/nodes/{validate_node(node)}/explain")
+    _out(data, as_json, format_explain(data))
+
+
+@click.command("pause")
+@click.option("--reason", required=True, help="why (shown in status and every held decision)")
+@_controller
+@_token
+def pause(reason: str, controller: str, token_file: str | None) -> None:
+    """Stop the controller from acting (reports are still received and decisions recorded)."""
+    from minutiae.cli.tokens import read_token
+    from minutiae.controller.client import Client
+
+    data = Client(controller, read_token(token_file)).post("/v1/pause", {"reason": reason})
+    click.echo(f"paused: {data['reason']}")
+
+
+@click.command("unpause")
+@_controller
+@_token
+def unpause(controller: str, token_file: str | None) -> None:
+    """Let the controller act again; also re-arms a tripped storm breaker."""
+    from minutiae.cli.tokens import read_token
+    from minutiae.controller.client import Client
+
+    Client(controller, read_token(token_file)).post("/v1/unpause", None)
+    click.echo("unpaused: the controller acts again (storm breaker re-armed)")
+
+
+commands: dict[str, click.Command] = {"status": status, "nodes": nodes, "explain": explain,
+                                      "pause": pause, "unpause": unpause}

@@ -1,0 +1,283 @@
+"""End to end with the real slurmctld (nodes gpu009-gpu040 only): real `minutiae agent` and
+`minutiae serve` subprocesses, real `scontrol` states and reasons, ownership of admin drains,
+the storm breaker, and kill -9 of the controller mid-batch (counted in slurmctld's own log)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from minutiae.testing.serve import ServeProcess
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+TOKEN = "e2e-slurm-token-0123456789abcdef"
+NODES = [f"gpu{i:03d}" for i in range(9, 41)]
+POLICY = """
+dry_run = false
+healthy_delay_s = {delay}
+stale_after_s = 600
+[[rule]]
+name = "app-xid-never-drains"
+kinds = ["xid"]
+codes = [13, 31, 43, 45]
+do = "ignore"
+examples = [{{kind = "xid", code = 13, action = "restart_app", expect = "ignore"}}]
+[[rule]]
+name = "gpu-fell-off-bus"
+kinds = ["gpu_off_bus", "gpu_missing"]
+do = "drain"
+step = "reboot"
+examples = [{{kind = "gpu_missing", severity = "critical", action = "reboot", expect = "drain"}}]
+[[rule]]
+name = "needs-remediation"
+min_action = "reset_gpu"
+do = "drain"
+examples = [{{kind = "xid", code = 79, action = "reboot", expect = "drain"}}]
+[[ladder]]
+step = "reset_gpu"
+timeout_s = 900
+[[ladder]]
+step = "reboot"
+timeout_s = 1800
+[[ladder]]
+step = "inspect"
+[lemon]
+drains = 100
+[budget]
+max_unavailable_fraction = {frac}
+per_job_max_nodes = 1
+[budget.domain_caps]
+rack = 16
+[budget.rate.drain]
+per_minute = 6000
+burst = 100
+[budget.storm]
+fraction = {storm}
+window_s = 600
+min_nodes = 3
+"""
+XID79 = {"kind": "xid", "code": 79, "severity": "critical", "action": "reboot",
+         "pci": "0000:3b:00.0", "message": "GPU has fallen off the bus",
+         "line": "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
+                 "GPU has fallen off the bus."}
+
+
+def sc(conf: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "SLURM_CONF": conf})
+
+
+def node_state(conf: str, node: str) -> tuple[str, str | None]:
+    out = sc(conf, "show", "node", "-o", node).stdout
+    state = re.search(r"\bState=(\S+)", out)
+    reason = re.search(r" Reason=(.*?)(?: \[[^\]]*\])?(?= Comment=| Extra=|$)", out)
+    return (state.group(1) if state else "?"), (reason.group(1).strip() if reason else None)
+
+
+def drained(conf: str, node: str) -> tuple[str, str | None] | None:
+    s = node_state(conf, node)
+    return s if "DRAIN" in s[0] else None
+
+
+@pytest.fixture
+def slurm(slurm_conf):
+    """Our 32 nodes back to idle before and after each test."""
+    def reset():
+        for n in NODES:
+            st, _ = node_state(slurm_conf, n)
+            if "DRAIN" in st or "DOWN" in st:
+                sc(slurm_conf, "update", f"NodeName={n}", "State=RESUME")
+    reset()
+    yield slurm_conf
+    reset()
+
+
+def serve(tmp: Path, conf: str, *, delay=2, frac=0.5, storm=0.9, env=None) -> ServeProcess:
+    tmp.mkdir(parents=True, exist_ok=True)
+    pol = tmp / "policy.toml"
+    pol.write_text(POLICY.format(delay=delay, frac=frac, storm=storm))
+    return ServeProcess(tmp / "ctl", TOKEN, "--backend", "slurm", "--slurm-conf", conf,
+                        "--policy", str(pol), "--interval", "0.5", env=env)
+
+
+def post(ctl: ServeProcess, node: str, findings=(), rack: str = "r1") -> None:
+    body = {"node": node, "status": "critical" if findings else "ok",
+            "checks": [{"check": "gpu", "status": "critical" if findings else "ok",
+                        "findings": list(findings)}], "domains": {"rack": rack}}
+    r = httpx.post(f"{ctl.url}/v1/reports", json=body, headers=ctl.headers, timeout=10)
+    assert r.status_code == 202, r.text
+
+
+def wait_for(pred, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def run_agent(ctl: ServeProcess, tmp: Path, node: str, xml: Path) -> subprocess.CompletedProcess:
+    tok = tmp / "token"
+    tok.write_text(TOKEN)
+    return subprocess.run(
+        [sys.executable, "-m", "minutiae.cli.main", "agent", "--controller", ctl.url,
+         "--token-file", str(tok), "--node", node, "--nvidia-smi-xml", str(xml), "--no-nvml",
+         "--checks", "gpu", "--state-dir", str(tmp / f"agent-{node}"), "--metrics-listen", "",
+         "--domain", "rack=r2", "--cycles", "1"], capture_output=True, text=True, timeout=60)
+
+
+def test_agent_report_drains_explains_and_resumes(slurm, realdata, tmp_path):
+    bad = realdata / "nvidia_smi/telegraf/a100-sxm4-v12.xml"      # 1 of 4 GPUs listed
+    good = realdata / "nvidia_smi/telegraf/dual_a5000-v13.xml"
+    with serve(tmp_path, slurm) as ctl:
+        for n in NODES:
+            post(ctl, n)
+        r = run_agent(ctl, tmp_path, "gpu012", bad)
+        assert r.returncode == 0, r.stderr
+        st, reason = wait_for(lambda: drained(slurm, "gpu012"), what="gpu012 drained")
+        assert reason == "minutiae: gpu-fell-off-bus gpu_missing step=reboot"
+        ex = subprocess.run([sys.executable, "-m", "minutiae.cli.main", "explain", "gpu012",
+                             "--controller", ctl.url], capture_output=True, text=True, timeout=30)
+        assert ex.returncode == 0, ex.stderr
+        assert "gpu012: drained by minutiae: rule gpu-fell-off-bus" in ex.stdout
+        assert ("[critical/reboot] gpu_missing node: 1 GPU(s) reported, but the driver says 4 "
+                "are attached") in ex.stdout
+        assert "budget: allowed (ok):" in ex.stdout
+        assert "undo: scontrol update NodeName=gpu012 State=RESUME" in ex.stdout
+        # healthy capture: resumed after the 2 s healthy delay, by the controller
+        assert run_agent(ctl, tmp_path, "gpu012", good).returncode == 0
+        wait_for(lambda: node_state(slurm, "gpu012")[0] == "IDLE", what="gpu012 resumed")
+        audit = httpx.get(f"{ctl.url}/v1/audit", params={"node": "gpu012"}).json()
+        assert [(a["action"], a["status"]) for a in audit] == [("resume", "done"),
+                                                               ("drain", "done")]
+
+
+def test_admin_drain_is_left_alone_and_unreachable_scheduler_is_reported(slurm, tmp_path):
+    sc(slurm, "update", "NodeName=gpu015", "State=DRAIN", "Reason=PSU swap INC-881")
+    with serve(tmp_path, slurm, delay=1) as ctl:
+        for n in NODES:
+            post(ctl, n, [XID79] if n == "gpu015" else ())
+        time.sleep(1.5)
+        for n in NODES:
+            post(ctl, n)
+        time.sleep(2)
+        st, reason = node_state(slurm, "gpu015")
+        assert "DRAIN" in st and reason == "PSU swap INC-881"
+        ex = httpx.get(f"{ctl.url}/v1/nodes/gpu015/explain").json()
+        assert ex["why"].startswith("drained by someone else (reason 'PSU swap INC-881')")
+    # a controller pointed at a slurm.conf whose slurmctld is not running keeps going
+    dead = tmp_path / "dead.conf"
+    dead.write_text(Path(slurm).read_text().replace("SlurmctldPort=6817", "SlurmctldPort=6999"))
+    ctl = serve(tmp_path / "dead", str(dead)).start()
+    try:
+        post(ctl, "gpu016", [XID79])
+        st = wait_for(lambda: (s := httpx.get(f"{ctl.url}/v1/status").json())["problems"] and s,
+                      what="a problem reported")
+        assert any(p["what"].startswith("scheduler unreachable, not acting this step: slurm: "
+                                        "cannot reach slurmctld") for p in st["problems"])
+        assert httpx.get(f"{ctl.url}/healthz").status_code == 200
+        post(ctl, "gpu017")                                        # still ingesting
+    finally:
+        ctl.kill9()  # a graceful stop would wait for scontrol's own 9 s connect timeout
+    assert node_state(slurm, "gpu016")[0] == "IDLE"
+
+
+def test_storm_trips_the_breaker_and_the_budget_is_never_exceeded(slurm, tmp_path):
+    """Reports of a storm arrive one by one: the first few may be drained (within the 10 %
+    budget = 3 of 32) before the breaker sees > 25 %; then nothing more until a human."""
+    with serve(tmp_path, slurm, frac=0.1, storm=0.25) as ctl:
+        for n in NODES:
+            post(ctl, n, rack=f"r{n}")
+        storm = NODES[:10]                                          # 10/32 = 31 %
+        for n in storm:
+            post(ctl, n, [XID79], rack=f"r{n}")
+        st = wait_for(lambda: (s := httpx.get(f"{ctl.url}/v1/status").json())["paused"] and s,
+                      what="breaker tripped")
+        assert st["paused"]["by"] == "breaker"
+        assert re.match(r"storm breaker: (\d+)/32 nodes", st["paused"]["reason"])
+        time.sleep(1.5)
+        before = [n for n in NODES if drained(slurm, n)]
+        assert len(before) <= 3 and set(before) <= set(storm)
+        out = subprocess.run([sys.executable, "-m", "minutiae.cli.main", "status", "--controller",
+                              ctl.url], capture_output=True, text=True, timeout=30).stdout
+        assert "STORM BREAKER TRIPPED" in out
+        for n in storm:                                             # the storm keeps reporting
+            post(ctl, n, [XID79], rack=f"r{n}")
+        time.sleep(1.5)
+        assert [n for n in NODES if drained(slurm, n)] == before
+        assert httpx.post(f"{ctl.url}/v1/unpause").status_code == 401   # no token: refused
+        httpx.post(f"{ctl.url}/v1/unpause", headers=ctl.headers).raise_for_status()
+        wait_for(lambda: len([n for n in storm if drained(slurm, n)]) == 3,
+                 what="3 drained after unpause")
+        for n in storm:
+            post(ctl, n, [XID79], rack=f"r{n}")
+        time.sleep(1.5)
+        assert len([n for n in NODES if drained(slurm, n)]) == 3     # 10 % of 32, never more
+        audit = httpx.get(f"{ctl.url}/v1/audit", params={"limit": 500}).json()
+        checks = {a["budget"]["check"] for a in audit if a["action"] == "hold"}
+        assert {"storm", "global"} <= checks
+
+
+def _drains_in_log(log: Path, start: int) -> dict[str, int]:
+    text = log.read_bytes()[start:].decode("utf-8", "replace")
+    counts: dict[str, int] = {}
+    for m in re.finditer(r"update_node: node (gpu\d+) reason set to: minutiae:", text):
+        counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return counts
+
+
+def test_kill9_mid_batch_loses_nothing_and_doubles_nothing(slurm, tmp_path):
+    # `scontrol update` slowed by a wrapper (the real binary runs after 0.3 s) so that a kill
+    # lands mid-batch
+    wrap = tmp_path / "bin"
+    wrap.mkdir()
+    real = subprocess.run(["which", "scontrol"], capture_output=True, text=True).stdout.strip()
+    (wrap / "scontrol").write_text(
+        f'#!/bin/sh\n[ "$1" = update ] && sleep 0.3\nexec {real} "$@"\n')
+    (wrap / "scontrol").chmod(0o755)
+    env = {"PATH": f"{wrap}:{os.environ['PATH']}"}
+    conf_text = Path(slurm).read_text()
+    logfile = Path(re.search(r"SlurmctldLogFile=(\S+)", conf_text).group(1))
+    start = logfile.stat().st_size
+    victims = NODES[10:22]                                          # 12 nodes at once
+    ctl = serve(tmp_path, slurm, frac=0.5, storm=0.9, env=env).start()
+    try:
+        for n in NODES:
+            post(ctl, n, [XID79] if n in victims else (), rack=f"r{n}")
+
+        def mid_batch():
+            with sqlite3.connect(ctl.db, timeout=5) as db:
+                rows = db.execute("SELECT status FROM audit WHERE action='drain'").fetchall()
+            done = sum(1 for (s,) in rows if s == "done")
+            return len(rows) == 12 and 1 <= done < 12
+        wait_for(mid_batch, timeout=60, what="a batch half done")
+        ctl.kill9()
+        with sqlite3.connect(ctl.db) as db:
+            pending = db.execute("SELECT COUNT(*) FROM audit WHERE status='pending'").fetchone()[0]
+        assert pending >= 1
+        ctl.start()                                                 # same store
+        wait_for(lambda: httpx.get(f"{ctl.url}/v1/status").json()["pending_actions"] == 0,
+                 timeout=60, what="pending actions recovered")
+        time.sleep(2)
+    finally:
+        ctl.stop()
+    for n in victims:
+        st, reason = node_state(slurm, n)
+        assert "DRAIN" in st and reason == "minutiae: needs-remediation xid 79 step=reboot", n
+    with sqlite3.connect(ctl.db) as db:
+        rows = db.execute("SELECT node, status, detail FROM audit WHERE action='drain'").fetchall()
+    assert sorted(n for n, _, _ in rows) == sorted(victims)         # one row per node
+    assert {s for _, s, _ in rows} == {"done"}
+    assert any((d or "").startswith(("completed on restart", "confirmed on restart"))
+               for _, _, d in rows)
+    assert _drains_in_log(logfile, start) == {n: 1 for n in victims}  # slurmctld saw each once
