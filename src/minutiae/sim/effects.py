@@ -39,3 +39,14 @@ def busy_mask(times: np.ndarray, intervals: list[tuple[float, float]]) -> np.nda
     for s, e in intervals:
         m |= (times >= s) & (times < e)
     return m
+
+
+def cumulative(inc: np.ndarray, times: np.ndarray, boots: list[float]) -> np.ndarray:
+    """Running totals of per-sample increments that restart at every boot (driver-held
+    counters such as volatile ECC, PCIe replay and IB port counters reset when the node boots)."""
+    c = np.cumsum(inc, axis=0)
+    for b in boots:
+        i = int(np.searchsorted(times, b))
+        if 0 < i < len(times):
+            c[i:] -= c[i - 1].copy()
+    return c

@@ -60,10 +60,26 @@ class Fleet:
 
     def version_at(self, node: Node, attr: str, t: float) -> str:
         v = dict(node.software)[attr]
-        for c in self.changes:
-            if c.node == node.name and c.attr == attr and c.time <= t:
-                v = c.new
+        for c in _changes_of(self, node.name, attr):
+            if c.time > t:
+                break
+            v = c.new
         return v
+
+
+_CHANGE_INDEX: dict[int, dict[tuple[str, str], list[Change]]] = {}
+
+
+def _changes_of(fleet: Fleet, node: str, attr: str) -> list[Change]:
+    """The node's changes of ``attr`` in time order (indexed once per fleet)."""
+    idx = _CHANGE_INDEX.get(id(fleet.changes))
+    if idx is None:
+        idx = {}
+        for c in fleet.changes:
+            idx.setdefault((c.node, c.attr), []).append(c)
+        _CHANGE_INDEX.clear()
+        _CHANGE_INDEX[id(fleet.changes)] = idx
+    return idx.get((node, attr), [])
 
 
 def node_name(i: int, n: int) -> str:

@@ -4,12 +4,14 @@ final snapshot as a real ``/sys/class/infiniband`` tree (layout and value text a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 
+from minutiae.sim.effects import cumulative
 from minutiae.sim.fleet import hca_name
 from minutiae.sim.truth import TruthEvent
 
@@ -56,7 +58,7 @@ def simulate_ib(times: np.ndarray, ports: int, events: list[TruthEvent], boots: 
     inc = {c: np.zeros((t_n, ports), dtype=np.int64) for c in ERROR_COUNTERS}
     # healthy background: rare small increments (the real snapshot shows port_rcv_errors 14,
     # excessive_buffer_overrun_errors 15 on a healthy port)
-    for c, p in (("port_rcv_errors", 0.002), ("excessive_buffer_overrun_errors", 0.002)):
+    for c, p in (("port_rcv_errors", 0.0005), ("excessive_buffer_overrun_errors", 0.0005)):
         inc[c] += rng.binomial(1, p, size=(t_n, ports))
     state = np.full((t_n, ports), 4, dtype=np.int8)
     phys = np.full((t_n, ports), 5, dtype=np.int8)
@@ -101,7 +103,7 @@ def simulate_ib(times: np.ndarray, ports: int, events: list[TruthEvent], boots: 
             degraded[win, p] = True
             if first < t_n:
                 inc["link_downed"][first, p] += 1
-    counters = {c: np.cumsum(v, axis=0) for c, v in inc.items()}
+    counters = {c: cumulative(v, times, boots) for c, v in inc.items()}
     base = rng.integers(0, 3, size=(1, ports))
     counters["port_rcv_errors"] = counters["port_rcv_errors"] + base
     dt = float(times[1] - times[0]) if t_n > 1 else 300.0
@@ -136,25 +138,34 @@ def write_ib_csv(fh: TextIO, s: IbSeries, rate_text: str, degraded_text: str) ->
     return len(rows)
 
 
+def _put(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
 def write_sysfs(root: Path, s: IbSeries, fleet_cfg: dict[str, object], fw: str,
                 rng: np.random.Generator) -> None:
-    """The last sample as a real sysfs tree under ``root/class/infiniband``."""
-    ib = root / "class" / "infiniband"
+    """The last sample as a real sysfs tree under ``root/class/infiniband`` (files read-only,
+    as in sysfs)."""
+    ib = os.path.join(root, "class", "infiniband")
     ports = s.state.shape[1]
     last = -1
     for p in range(ports):
-        dev = ib / hca_name(p)
-        port = dev / "ports" / "1"
-        (port / "counters").mkdir(parents=True, exist_ok=True)
-        (port / "hw_counters").mkdir(exist_ok=True)
-        (dev / "hca_type").write_text(f"{fleet_cfg.get('hca_type', 'MT4129')}\n")
-        (dev / "fw_ver").write_text(f"{fw}\n")
-        (dev / "board_id").write_text(f"{fleet_cfg.get('board_id', 'MT_0000000838')}\n")
+        dev = os.path.join(ib, hca_name(p))
+        port = os.path.join(dev, "ports", "1")
+        os.makedirs(os.path.join(port, "counters"), exist_ok=True)
+        os.makedirs(os.path.join(port, "hw_counters"), exist_ok=True)
+        _put(os.path.join(dev, "hca_type"), f"{fleet_cfg.get('hca_type', 'MT4129')}\n")
+        _put(os.path.join(dev, "fw_ver"), f"{fw}\n")
+        _put(os.path.join(dev, "board_id"), f"{fleet_cfg.get('board_id', 'MT_0000000838')}\n")
         rate = fleet_cfg.get("ib_rate_degraded") if s.degraded[last, p] else fleet_cfg.get("ib_rate")
-        (port / "rate").write_text(f"{rate}\n")
-        (port / "state").write_text(f"{STATE_TEXT[int(s.state[last, p])]}\n")
-        (port / "phys_state").write_text(f"{PHYS_TEXT[int(s.phys[last, p])]}\n")
-        (port / "link_layer").write_text("InfiniBand\n")
+        _put(os.path.join(port, "rate"), f"{rate}\n")
+        _put(os.path.join(port, "state"), f"{STATE_TEXT[int(s.state[last, p])]}\n")
+        _put(os.path.join(port, "phys_state"), f"{PHYS_TEXT[int(s.phys[last, p])]}\n")
+        _put(os.path.join(port, "link_layer"), "InfiniBand\n")
         data = int(s.xmit_bytes[last, p] // 4)     # port_*_data counts 4-octet words
         pkts = int(s.xmit_bytes[last, p] // 4096)
         values = {c: int(s.counters[c][last, p]) for c in ERROR_COUNTERS}
@@ -162,8 +173,10 @@ def write_sysfs(root: Path, s: IbSeries, fleet_cfg: dict[str, object], fw: str,
         values.update(port_xmit_data=data, port_rcv_data=int(data * 1.0004), port_xmit_packets=pkts,
                       unicast_xmit_packets=pkts, port_rcv_packets=int(pkts * 1.0065),
                       unicast_rcv_packets=int(pkts * 1.0065), port_xmit_wait=int(pkts // 127))
+        cdir = os.path.join(port, "counters")
         for c, v in values.items():
-            (port / "counters" / c).write_text(f"{v}\n")
+            _put(os.path.join(cdir, c), f"{v}\n")
+        hdir = os.path.join(port, "hw_counters")
         for c in HW_COUNTERS:
             v = int(pkts // 80) if c in ("rx_write_requests", "rx_read_requests") else 0
-            (port / "hw_counters" / c).write_text(f"{v}\n")
+            _put(os.path.join(hdir, c), f"{v}\n")

@@ -273,6 +273,15 @@ def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, s
                                      spec.signature, False, {"scope": "fleet"}))
             continue
         for j in jobs:
+            if spec.cls == "peermem_teardown":
+                if j.end >= end:
+                    continue
+                hit = [nm for nm in j.nodes if rng.random() < min(1.0, spec.rate)]
+                if hit:
+                    benign.append(TruthEvent("", spec.cls, None, f"job:{j.job_id}", j.end, j.end + 60,
+                                             "info", False, spec.signature, False,
+                                             {"job_id": j.job_id, "nodes": hit}))
+                continue
             benign.append(TruthEvent("", spec.cls, None, f"job:{j.job_id}", j.start, j.end, "info",
                                      False, spec.signature, False,
                                      {"job_id": j.job_id, "nodes": list(j.nodes)}))

@@ -30,20 +30,22 @@ KIND_CLASSES: dict[str, tuple[str, ...]] = {
     "row_remap_pending": ("gpu_dbe",), "ecc_sbe": ("gpu_dbe",),
     "xid:64": ("row_remap_failure",), "row_remap_failure": ("row_remap_failure",),
     "xid:119": ("gsp_timeout",), "xid:120": ("gsp_timeout",), "gsp_timeout": ("gsp_timeout",),
-    "ib_port_down": ("ib_link_down", "ib_link_flap"), "ib_link": ("ib_link_down", "ib_link_flap"),
+    "ib_port_down": ("ib_link_down", "ib_link_flap", "planned_reboot"),
+    "ib_link": ("ib_link_down", "ib_link_flap", "planned_reboot"),
     "ib_link_downed": ("ib_link_flap", "ib_link_down", "ib_rate_degraded"),
     "ib_symbol_errors": ("ib_symbol_errors", "ib_link_flap"), "ib_rcv_errors": ("ib_symbol_errors", "ib_link_flap"),
     "ib_rate_degraded": ("ib_rate_degraded",),
     "pcie_link_degraded": ("pcie_degraded",), "pcie_replay": ("pcie_degraded",),
     "throttle": ("thermal_throttle",), "temperature": ("thermal_throttle",),
     "straggler": ("persistent_straggler", "fail_slow", "thermal_throttle", "pcie_degraded",
-                  "ib_link_flap", "ib_rate_degraded", "hung_task", "ib_symbol_errors"),
+                  "ib_link_flap", "ib_rate_degraded", "hung_task", "ib_symbol_errors",
+                  "pipeline_imbalance", "gc_pause", "seqlen_variance", "diurnal_drift"),
     "slow_node": ("persistent_straggler", "thermal_throttle", "fail_slow", "pcie_degraded",
-                  "ib_rate_degraded", "ib_link_flap"),
+                  "ib_rate_degraded", "ib_link_flap", "diurnal_drift"),
     "mce": ("mce_corrected", "edac_ue"), "edac_ce": ("mce_corrected",), "edac_ue": ("edac_ue",),
     "oom_kill": ("oom_kill",), "hung_task": ("hung_task",), "nfs_timeout": ("nfs_timeout",),
     "xid:13": ("app_xid",), "xid:31": ("app_xid",), "xid:43": ("app_xid",), "xid:45": ("app_xid",),
-    "regression": ("perf_regression",),
+    "regression": ("perf_regression",), "peermem_error": ("peermem_teardown",),
 }
 
 
@@ -112,12 +114,14 @@ class ClassScore:
 
 @dataclass(frozen=True, slots=True)
 class DrainScore:
-    """``right``: drains matched to a fault that needs one; ``wrong``: drains matched to none;
-    ``missed``: faults that need a drain and got none."""
+    """``right``: faults that need a drain (lemon records aside) and got one; ``missed``: such
+    faults that got none; ``wrong``: drains no such fault explains; ``repeat``: further drains
+    of a node for a fault it was already drained for (e.g. after its repair reboot)."""
 
     right: int
     wrong: int
     missed: int
+    repeat: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +170,8 @@ class Scorecard:
             "alarms": self.alarms, "false_alarms": self.false_alarms,
             "false_alarms_per_1000_node_days": round(self.false_alarms_per_1000_node_days, 3),
             "false_alarm_causes": dict(self.false_alarm_causes),
-            "drains": {"right": self.drains.right, "wrong": self.drains.wrong, "missed": self.drains.missed},
+            "drains": {"right": self.drains.right, "wrong": self.drains.wrong, "missed": self.drains.missed,
+                       "repeat": self.drains.repeat},
             "gpu_hours_lost": {"without_minutiae": round(self.gpu_hours.without, 2),
                                "with_minutiae": round(self.gpu_hours.with_minutiae, 2),
                                "saved": round(self.gpu_hours.saved, 2)},
@@ -198,6 +203,9 @@ def merge_alarms(dets: Iterable[Detection], params: ScoreParams) -> list[Detecti
 
 
 class _Index:
+    """Truth by node; a fleet- or job-wide event only explains alarms whose kind it fits, and a
+    harmful node fault of another class explains an alarm only when nothing fitting does."""
+
     def __init__(self, truth: Sequence[TruthEvent]) -> None:
         self.by_node: dict[str | None, list[TruthEvent]] = {}
         self.wide: list[TruthEvent] = []
@@ -217,9 +225,12 @@ class _Index:
 
         def rank(t: TruthEvent) -> tuple[int, float]:
             compat = t.cls in explains
-            tier = 0 if (compat and t.harmful) else 1 if compat else 2 if t.harmful else 3
+            tier = 0 if (compat and t.harmful) else 1 if compat else 2 if (t.harmful and t.node) else 9
             return (tier, t.end - t.start)
 
+        cands = [t for t in cands if rank(t)[0] < 9]
+        if not cands:
+            return None
         return min(cands, key=rank)
 
 
@@ -234,6 +245,7 @@ def score(truth: Sequence[TruthEvent], detections: Iterable[Detection], node_day
     idx = _Index(truth)
     alarms = merge_alarms(detections, p)
     harmful = [t for t in truth if t.harmful and t.signature]
+    lemons = {t.node: t.id for t in harmful if t.cls == "lemon_node" and t.node}
     first: dict[str, float] = {}
     true_by: dict[str, int] = {}
     false_by: dict[str, int] = {}
@@ -244,6 +256,9 @@ def score(truth: Sequence[TruthEvent], detections: Iterable[Detection], node_day
         if t is not None and t.harmful:
             true_by[t.cls] = true_by.get(t.cls, 0) + 1
             first[t.id] = min(first.get(t.id, a.time), a.time)
+            lemon = lemons.get(t.node or "") if t.details.get("lemon") else None
+            if lemon is not None:       # a lemon is found when one of its failures is
+                first[lemon] = min(first.get(lemon, a.time), a.time)
             continue
         n_false += 1
         cause = t.cls if t is not None else "none"
@@ -278,9 +293,10 @@ def score(truth: Sequence[TruthEvent], detections: Iterable[Detection], node_day
 
 def _drains(truth: Sequence[TruthEvent], alarms: list[Detection], idx: _Index,
             p: ScoreParams) -> tuple[DrainScore, int]:
-    need = [t for t in truth if t.harmful and t.expect_drain and t.node is not None]
+    need = [t for t in truth if t.harmful and t.expect_drain and t.node is not None
+            and t.cls != "lemon_node"]
     drained: set[str] = set()
-    right = wrong = 0
+    wrong = repeat = 0
     last_drain: dict[str | None, float] = {}
     for a in alarms:
         if not a.drain:
@@ -290,13 +306,13 @@ def _drains(truth: Sequence[TruthEvent], alarms: list[Detection], idx: _Index,
             continue                      # same drain, another detector or kind
         last_drain[a.node] = a.time
         cands = [t for t in need if t.node == a.node and t.start - p.slack_s <= a.time <= t.end + p.grace_s]
-        if cands:
-            right += 1
-            drained.update(t.id for t in cands)
-        else:
+        if not cands:
             wrong += 1
-    missed = sum(1 for t in need if t.id not in drained)
-    return DrainScore(right, wrong, missed), wrong
+        elif all(t.id in drained for t in cands):
+            repeat += 1
+        drained.update(t.id for t in cands)
+    right = sum(1 for t in need if t.id in drained)
+    return DrainScore(right, wrong, len(need) - right, repeat), wrong
 
 
 def _gpu_hours(harmful: list[TruthEvent], first: Mapping[str, float], wrong_drains: int,

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from minutiae.sim.effects import CLOCK, busy_mask, diurnal, slowdown
+from minutiae.sim.effects import CLOCK, busy_mask, cumulative, diurnal, slowdown
 from minutiae.sim.fleet import gpu_bus
 from minutiae.sim.truth import TruthEvent
 
@@ -29,7 +29,7 @@ GPU_IDLE, SW_POWER_CAP, HW_SLOWDOWN, SW_THERMAL, HW_THERMAL = 0x1, 0x4, 0x8, 0x2
 
 def node_telemetry(node: str, times: np.ndarray, gpus: int, events: list[TruthEvent],
                    jobs: list[tuple[float, float]], diurnal_amp: float,
-                   rng: np.random.Generator) -> pa.Table:
+                   rng: np.random.Generator, boots: list[float] | None = None) -> pa.Table:
     t_n = len(times)
     busy = busy_mask(times, jobs)[:, None] & np.ones((1, gpus), dtype=bool)
     clock_slow = slowdown(events, times, gpus, CLOCK)
@@ -74,6 +74,7 @@ def node_telemetry(node: str, times: np.ndarray, gpus: int, events: list[TruthEv
     xmit = np.where(busy & ~ib_down, 160_000.0 / (1.0 + clock_slow) * rng.uniform(0.95, 1.05, (t_n, gpus)),
                     np.where(ib_down, 0.0, 40.0))
     ti, gi = np.nonzero(present)
+    bt = boots or []
     return pa.table({
         "time": pa.array(times[ti], pa.float64()),
         "node": pa.array(np.full(len(ti), node, dtype=object), pa.string()),
@@ -82,10 +83,10 @@ def node_telemetry(node: str, times: np.ndarray, gpus: int, events: list[TruthEv
         "power_w": pa.array(power[ti, gi].astype(np.float32), pa.float32()),
         "temp_c": pa.array(temp[ti, gi].round().astype(np.int16), pa.int16()),
         "clock_event_reasons": pa.array(reasons[ti, gi], pa.int64()),
-        "pcie_replay": pa.array(np.cumsum(replay, axis=0)[ti, gi], pa.int64()),
-        "nvlink_errors": pa.array(np.cumsum(nvl, axis=0)[ti, gi], pa.int64()),
-        "ecc_sbe": pa.array(np.cumsum(sbe, axis=0)[ti, gi], pa.int64()),
-        "ecc_dbe": pa.array(np.cumsum(dbe, axis=0)[ti, gi], pa.int64()),
+        "pcie_replay": pa.array(cumulative(replay, times, bt)[ti, gi], pa.int64()),
+        "nvlink_errors": pa.array(cumulative(nvl, times, bt)[ti, gi], pa.int64()),
+        "ecc_sbe": pa.array(cumulative(sbe, times, bt)[ti, gi], pa.int64()),
+        "ecc_dbe": pa.array(cumulative(dbe, times, bt)[ti, gi], pa.int64()),
         "ib_xmit_mbps": pa.array(xmit[ti, gi].astype(np.float32), pa.float32()),
         "pcie_width": pa.array(width[ti, gi], pa.int8()),
     }, schema=SCHEMA)

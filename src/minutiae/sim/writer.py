@@ -86,11 +86,20 @@ def write_dataset(plan: Plan, out: Path, progress: Progress = _noop) -> dict[str
         for m in plan.maintenance:
             w.writerow([f"{m.time:.0f}", m.node, m.what])
     write_truth(out / "truth.jsonl", plan.truth)
+    with (out / "boots.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["time", "node"])
+        for node, times in sorted(plan.boots.items()):
+            for t in times:
+                w.writerow([f"{t:.0f}", node])
 
     by_node: dict[str, list[TruthEvent]] = {}
     for ev in plan.truth:
         if ev.node is not None:
             by_node.setdefault(ev.node, []).append(ev)
+        elif ev.cls == "peermem_teardown":
+            for nm in ev.details.get("nodes", ()):
+                by_node.setdefault(nm, []).append(ev)
     jobs_by_node: dict[str, list[Job]] = {}
     for j in plan.jobs:
         for nm in j.nodes:
@@ -132,9 +141,9 @@ def _write_nodes(plan: Plan, out: Path, by_node: dict[str, list[TruthEvent]],
             for ev in evs:
                 if "kern.log" in ev.signature:
                     lines += kernlog.fault_lines(ev, rng)
-            for j in jobs:
-                if j.end < plan.end and rng.random() < 0.5:
-                    lines += kernlog.job_end_lines(j.end + 1.0, rng)
+            for ev in evs:
+                if ev.cls == "peermem_teardown":
+                    lines += kernlog.job_end_lines(ev.start + 1.0, rng)
             lines = [ln for ln in lines if plan.start <= ln.time < plan.end]
             lines.sort(key=lambda ln: ln.time)
             fmt = kernlog.format_for(nd.index)
@@ -153,7 +162,7 @@ def _write_nodes(plan: Plan, out: Path, by_node: dict[str, list[TruthEvent]],
                                                   str(prof.fleet.get("ib_rate_degraded")))
             write_sysfs(ndir / "sysfs", series, prof.fleet, plan.fleet.version_at(nd, "firmware", plan.end), rng)
             # telemetry
-            tab = node_telemetry(nd.name, tel_times, g, evs, [(j.start, j.end) for j in jobs], amp, rng)
+            tab = node_telemetry(nd.name, tel_times, g, evs, [(j.start, j.end) for j in jobs], amp, rng, boots)
             counts["telemetry_rows"] += tab.num_rows
             chunk.append(tab)
             if len(chunk) >= NODE_CHUNK:
@@ -172,6 +181,7 @@ def _write_jobs(plan: Plan, out: Path, by_node: dict[str, list[TruthEvent]], cou
     g = plan.fleet.gpus_per_node
     interval = float(prof.sampling["timing_interval_s"])
     total = len(plan.jobs)
+    node_of = {nd.name: nd for nd in plan.fleet.nodes}
     with (out / "jobs.csv").open("w", newline="") as jf, (out / "runs.csv").open("w", newline="") as rf:
         jw, rw = csv.writer(jf), csv.writer(rf)
         jw.writerow(["job_id", "start", "end", "nodes", "signature", "world_size", "ranks_per_node", "outcome"])
@@ -179,17 +189,14 @@ def _write_jobs(plan: Plan, out: Path, by_node: dict[str, list[TruthEvent]], cou
         for k, j in enumerate(plan.jobs):
             rng = _rng(plan.seed, 2, int(j.job_id))
             tab, sps = job_timings(j, g, by_node, interval, prof.jobs, rng)
-            pq.write_table(tab, out / "timings" / f"{j.job_id}.parquet", compression="zstd")
+            pq.write_table(tab, out / "timings" / f"{j.job_id}.parquet", compression="lz4")
             counts["timing_rows"] += tab.num_rows
             jw.writerow([j.job_id, f"{j.start:.0f}", f"{j.end:.0f}", " ".join(j.nodes), j.signature,
                          len(j.nodes) * g, g, j.outcome])
             versions = []
             for a in SOFTWARE:
-                vals = [plan.fleet.version_at(plan.fleet.nodes[_index(plan, n)], a, j.start) for n in j.nodes]
+                vals = [plan.fleet.version_at(node_of[n], a, j.start) for n in j.nodes]
                 versions.append(max(set(vals), key=vals.count))
             rw.writerow([j.job_id, f"{j.start:.0f}", j.signature, f"{sps:.5f}", *versions, len(j.nodes)])
             progress("jobs", k + 1, total)
 
-
-def _index(plan: Plan, node: str) -> int:
-    return int(node[3:]) - 1
