@@ -30,8 +30,8 @@ class Difference:
     """One thing that differs. ``kind``: ``attr`` (software/config), ``node_added`` (B used it, A
     did not), ``node_removed``, ``signature``. ``effect``: what B's side of it does to step time over
     the whole history (None: it never varies within a signature, so the history cannot tell).
-    ``explains``: effect / observed change (1.0 = accounts for all of it; None without an effect or
-    a change). ``rank``: 1 = best explanation."""
+    ``explains``: effect / observed change (1.0 = accounts for all of it; None without an effect, or
+    when the observed change is within run-to-run noise, p ≥ 0.05). ``rank``: 1 = best explanation."""
 
     kind: str
     key: str
@@ -137,17 +137,16 @@ def whatchanged(runs: Sequence[RunRecord], run_a: str, run_b: str) -> WhatChange
             label = f"runs on {nd}" if kind == "node_added" else f"runs not on {nd}"
             diffs.append((kind, nd, "yes" if kind == "node_removed" else "no",
                           "yes" if kind == "node_added" else "no", x, label))
+    real_change = p is not None and p < 0.05
     out: list[Difference] = []
     for kind, key, va_s, vb_s, x, label in diffs:
         eff = fe_effect(panel, x) if x.size else None
         explains = None
-        if eff is not None and abs(delta) > 1e-9:
+        if eff is not None and abs(delta) > 1e-9 and real_change:
             explains = math.log1p(eff.change) / delta
         summary = (f"different signatures ({a.signature} vs {b.signature}): compared to each "
                    "signature's median" if kind == "signature" else _summary(label, eff))
         out.append(Difference(kind, key, va_s, vb_s, eff, explains, summary))
-
-    real_change = p is not None and p < 0.05
 
     def score(d: Difference) -> tuple[int, float, float]:
         if d.effect is None:
