@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.checks.node import CheckConfig, NodeReport, run_check
+from minutiae.checks.node import CheckConfig, CheckMemory, NodeReport, run_check
 from minutiae.cli.main import main
 from minutiae.model import Action, Status
 from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
@@ -126,15 +126,15 @@ def test_corrupt_state_file_is_a_note_not_a_crash(sysroot: Path, tmp_path: Path)
     state.write_text("{not json")
     r = run_check(_cfg(sysroot, checks=("ib",), state_file=state), FakeClock())
     assert r.notes and "check.json" in r.notes[0] and "corrupt" in r.notes[0]
-    assert json.loads(state.read_text())["version"] == 1  # rewritten afresh
+    assert json.loads(state.read_text())["version"] == 2  # rewritten afresh
 
 
 def test_in_process_memory_for_the_agent(sysroot: Path) -> None:
-    memory: dict[tuple[str, str], tuple[float, float]] = {}
+    memory = CheckMemory()
     clock = FakeClock()
     cfg = _cfg(sysroot, checks=("ib",))
     run_check(cfg, clock, memory=memory)
-    assert memory[("ib:mlx5_1/1", "link_downed")] == (255.0, clock.now())
+    assert memory.counters[("ib:mlx5_1/1", "link_downed")] == (255.0, clock.now())
     clock.advance(10)
     set_file(sysroot, f"{ib_port(sysroot, 'mlx5_0')}/counters/link_downed", "1")
     r = run_check(cfg, clock, memory=memory)
@@ -177,3 +177,39 @@ def test_cli_kernel_log_drain_reason(realdata: Path, sysroot: Path, capsys: pyte
     doc = json.loads(capsys.readouterr().out)
     assert rc == 2 and doc["action"] == "reset_gpu" and doc["drain"] is True
     assert "Xid 119" in doc["reason"]
+
+
+def test_kernel_log_is_read_incrementally_and_faults_persist(realdata: Path, sysroot: Path, tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_bytes(b"[    1.000000] Linux version 6.8.0\n")
+    state = tmp_path / "state.json"
+    clock = FakeClock()
+    cfg = _cfg(sysroot, checks=("kernel_log",), kmsg=log, state_file=state)
+    r = run_check(cfg, clock)
+    assert r.result("kernel_log").status is Status.OK  # type: ignore[union-attr]
+    xid = realdata.joinpath(*XID119).read_bytes()
+    with log.open("ab") as fh:
+        fh.write(xid)
+    r = run_check(cfg, clock)
+    kl = r.result("kernel_log")
+    assert kl is not None and kl.status is Status.CRITICAL
+    counts = {f.message: f.attrs["count"] for f in kl.findings}
+    assert counts == {"Xid 119 (GSP_RPC_TIMEOUT) on GPU 0000:9b:00.0": 5,
+                      "GSP firmware RPC timeout on GPU 0000:9b:00.0": 1}
+    seen = kl.observed
+    # nothing new: the fault is still reported (from the state), nothing is parsed again
+    r = run_check(cfg, clock)
+    kl = r.result("kernel_log")
+    assert kl is not None and kl.status is Status.CRITICAL and kl.observed == seen
+    assert json.loads(state.read_text())["kernel_log"]["cursor"]["offset"] == log.stat().st_size
+    # the log is replaced (rotation, reboot): the old faults go with it
+    log.unlink()
+    log.write_bytes(b"[    1.000000] Linux version 6.8.0\n")
+    r = run_check(cfg, clock)
+    assert r.result("kernel_log").status is Status.OK  # type: ignore[union-attr]
+
+
+def test_unreadable_kernel_log_is_unknown(sysroot: Path, tmp_path: Path) -> None:
+    r = run_check(_cfg(sysroot, checks=("kernel_log",), kmsg=tmp_path / "missing.log"), FakeClock())
+    kl = r.result("kernel_log")
+    assert kl is not None and kl.status is Status.UNKNOWN and "missing.log" in (kl.reason or "")

@@ -15,7 +15,7 @@ still run. Counter rates use the previous values from ``state_file`` (one-shot r
 from __future__ import annotations
 
 import socket
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from minutiae.checks.node_checks import (
     check_pcie,
     counter_findings,
 )
+from minutiae.checks.node_memory import CheckMemory
 from minutiae.clock import Clock
 from minutiae.errors import InputError
 from minutiae.model import Action, CheckResult, Finding, Observation, Severity, Status
@@ -122,28 +123,23 @@ class NodeReport:
         }
 
 
-Memory = MutableMapping[tuple[str, str], tuple[float, float]]
-
-
-def run_check(cfg: CheckConfig, clock: Clock, *, memory: Memory | None = None) -> NodeReport:
+def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = None) -> NodeReport:
     """Run every configured check once. Never raises for a source problem: that source's check
-    is UNKNOWN with the reason. ``memory`` keeps counter values between calls in-process;
-    without it, ``cfg.state_file`` (if any) is read before and written after the run."""
+    is UNKNOWN with the reason. ``memory`` carries counter values, the kernel-log cursor and
+    the kernel-log findings between calls in-process (it is updated); without it,
+    ``cfg.state_file`` (if any) is read before and written after the run."""
     from minutiae.sources.check_state import load_state, save_state
 
     now = clock.now()
     notes: list[str] = []
-    previous: Memory
-    if memory is not None:
-        previous = memory
-    elif cfg.state_file is not None:
-        try:
-            previous = dict(load_state(cfg.state_file))
-        except InputError as exc:
-            notes.append(str(exc))
-            previous = {}
-    else:
-        previous = {}
+    mem = memory
+    if mem is None:
+        mem = CheckMemory()
+        if cfg.state_file is not None:
+            try:
+                mem = load_state(cfg.state_file)
+            except InputError as exc:
+                notes.append(str(exc))
 
     groups: dict[str, tuple[list[Observation], CheckResult | None, list[str]]] = {}
     if "gpu" in cfg.checks:
@@ -155,7 +151,7 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: Memory | None = None) -
 
     all_obs = [o for obs, _, _ in groups.values() for o in obs]
     extra = {"node": {"expected_gpus": cfg.expected_gpus, "expected_driver": cfg.expected_driver}}
-    by_check = counter_findings(all_obs, previous, now, extra)
+    by_check = counter_findings(all_obs, mem.counters, now, extra)
 
     results: list[CheckResult] = []
     for name, (obs, failed, problems) in groups.items():
@@ -164,16 +160,13 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: Memory | None = None) -
             continue
         results.append(_result(name, by_check.get(name, []), problems, len(obs)))
     if "kernel_log" in cfg.checks and cfg.kmsg is not None:
-        results.append(check_kernel_log(cfg.kmsg, cfg.year))
+        results.append(check_kernel_log(cfg.kmsg, cfg.year, mem))
 
-    fresh = {(o.component, o.metric): (float(o.value), now) for o in all_obs
-             if isinstance(o.value, int | float) and not isinstance(o.value, bool)}
-    if memory is not None:
-        memory.clear()
-        memory.update(fresh)
-    elif cfg.state_file is not None:
+    mem.counters = {(o.component, o.metric): (float(o.value), now) for o in all_obs
+                    if isinstance(o.value, int | float) and not isinstance(o.value, bool)}
+    if memory is None and cfg.state_file is not None:
         try:
-            save_state(cfg.state_file, fresh, now)
+            save_state(cfg.state_file, mem, now)
         except InputError as exc:
             notes.append(str(exc))
     node = cfg.node or socket.gethostname().split(".")[0]
@@ -198,4 +191,4 @@ def _result(name: str, findings: list[Finding], problems: list[str], observed: i
     return CheckResult(name, status, tuple(findings), reason, observed)
 
 
-__all__ = ["CHECKS", "CheckConfig", "NodeReport", "run_check", "status_of"]
+__all__ = ["CHECKS", "CheckConfig", "CheckMemory", "NodeReport", "run_check", "status_of"]

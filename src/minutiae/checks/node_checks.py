@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minutiae.checks.counters import Previous, context, counter_rules, evaluate
-from minutiae.errors import InputError, MinutiaeError, SourceUnavailable
+from minutiae.errors import MinutiaeError, SourceUnavailable
 from minutiae.model import Action, CheckResult, Finding, Observation, Severity, Status
 from minutiae.model.findings import Scalar
 from minutiae.parsers.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from minutiae.checks.node import CheckConfig
+    from minutiae.checks.node_memory import CheckMemory
 
 Group = tuple[list[Observation], CheckResult | None, list[str]]
 
@@ -34,17 +35,19 @@ def _group(snap: Snapshot, now: float) -> Group:
 
 def check_gpu(cfg: CheckConfig, now: float) -> Group:
     """GPU observations from the captures given, or from NVML."""
-    from minutiae.sources.dcgm import read_dcgm
-    from minutiae.sources.nvidia_smi import read_nvidia_smi_file
-    from minutiae.sources.nvml import load_pynvml, read_nvml
-
     snaps: list[Snapshot] = []
     try:
         if cfg.nvidia_smi_xml is not None:
+            from minutiae.sources.nvidia_smi import read_nvidia_smi_file
+
             snaps.append(read_nvidia_smi_file(cfg.nvidia_smi_xml))
         if cfg.dcgm is not None:
+            from minutiae.sources.dcgm import read_dcgm
+
             snaps.append(read_dcgm(cfg.dcgm))
         if not snaps:
+            from minutiae.sources.nvml import load_pynvml, read_nvml
+
             if not cfg.use_nvml:
                 return [], _unknown("gpu", "no GPU source (NVML disabled, no capture given)"), []
             api = cfg.nvml if cfg.nvml is not None else load_pynvml()
@@ -99,22 +102,30 @@ def counter_findings(
     return out
 
 
-def check_kernel_log(path: Path, year: int | None) -> CheckResult:
-    """Kernel-log findings of ``path`` (since boot for /dev/kmsg) through the kernel-log rules."""
+def check_kernel_log(path: Path, year: int | None, memory: CheckMemory) -> CheckResult:
+    """Kernel-log findings since boot: the lines after ``memory.log_cursor`` are parsed through
+    the kernel-log rules and merged into ``memory.log_findings`` (which this updates)."""
     from minutiae.checks.node import status_of
     from minutiae.sources.kmsg import read_kernel_log
 
     try:
-        from minutiae.checks.logrules import findings_from_events
-        from minutiae.parsers.kernel_log import parse_chunks
-    except ImportError as exc:  # the kernel-log rules are not installed in this build
-        return _unknown("kernel_log", f"kernel-log rules unavailable ({exc})")
-    try:
-        chunks = read_kernel_log(path)
-        events = list(parse_chunks(chunks, year=year))
-        findings = tuple(findings_from_events(events))
+        chunks, cursor, reset = read_kernel_log(path, memory.log_cursor)
     except SourceUnavailable as exc:
         return _unknown("kernel_log", exc.reason)
-    except (InputError, MinutiaeError) as exc:
-        return _unknown("kernel_log", str(exc))
-    return CheckResult("kernel_log", status_of(findings), findings, None, len(events))
+    if reset:
+        memory.reset_log()
+    if chunks:  # the parser and its catalogs are loaded only when there is something new
+        try:
+            from minutiae.checks.logrules import findings_from_events
+            from minutiae.parsers.kernel_log import parse_chunks
+        except ImportError as exc:  # the kernel-log rules are not installed in this build
+            return _unknown("kernel_log", f"kernel-log rules unavailable ({exc})")
+        try:
+            events = list(parse_chunks(chunks, year=year))
+            memory.add_log_findings(findings_from_events(events))
+        except MinutiaeError as exc:
+            return _unknown("kernel_log", str(exc))
+        memory.log_events += len(events)
+    memory.log_cursor = cursor
+    findings = tuple(memory.log_findings)
+    return CheckResult("kernel_log", status_of(findings), findings, None, memory.log_events)

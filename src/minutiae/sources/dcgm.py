@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from minutiae.errors import InputError, SourceUnavailable
 from minutiae.parsers.dcgm import SOURCE, parse_dcgm
 from minutiae.parsers.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    import httpx
 
 MAX_BYTES = 32 * 1024 * 1024
 
@@ -18,6 +20,8 @@ def read_dcgm(where: str, timeout_s: float = 5.0, client: httpx.Client | None = 
     ``SourceUnavailable``; an unreadable file ``InputError``; a page that is not dcgm-exporter
     text ``ParseError`` (all naming ``where``)."""
     if where.startswith(("http://", "https://")):
+        import httpx  # lazily: httpx pulls in rich; the node check must stay light
+
         try:
             if client is not None:
                 resp = client.get(where, timeout=timeout_s)

@@ -1,54 +1,68 @@
-"""Reads the kernel log for ``minutiae check`` and ``minutiae logscan``: a captured file, ``-``
-(standard input), or ``/dev/kmsg`` of this node (path injectable).
+"""Reads the kernel log for ``minutiae check``: a captured file, or ``/dev/kmsg`` of this node,
+from where the previous cycle stopped (a *cursor*), so a cycle parses only new lines.
 
-Bytes are returned as they are: decoding (UTF-8 with replacement, so binary garbage, NULs,
-1 MB lines and mixed encodings never crash) is the parser's job
-(:func:`minutiae.parsers.kernel_log.parse_chunks`). :func:`iter_kernel_log` streams (bounded
-memory for multi-GB logs); :func:`read_kernel_log` returns the chunks as a list.
+- Files are read from the cursor's byte offset when the file is the same (device, inode) and
+  has not shrunk; otherwise from the start, and ``reset`` is true (rotated or replaced log).
+- ``/dev/kmsg`` is read non-blocking, one record per ``read`` (the kernel's interface), from the
+  start of the ring buffer until EAGAIN; records up to the cursor's sequence number are skipped;
+  a record overwritten while reading (EPIPE) is skipped. A new boot id (reboot) resets.
 
-``/dev/kmsg`` is read non-blocking, one record per ``read`` (the kernel's interface), from the
-start of the ring buffer until no record is left (EAGAIN); a record overwritten while reading
-(EPIPE) is skipped. Files are read in 1 MiB chunks. Failures raise ``SourceUnavailable`` naming
-the path (e.g. ``Permission denied`` when ``kernel.dmesg_restrict`` forbids it).
+Failures raise ``SourceUnavailable`` naming the path (e.g. ``Permission denied`` when
+``kernel.dmesg_restrict`` forbids it). Cursors are plain JSON objects (kept in the state file).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import sys
-from collections.abc import Iterator
+import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any
 
 from minutiae.errors import SourceUnavailable
 
 SOURCE = "kernel-log"
 CHUNK = 1 << 20
-DEV_KMSG = Path("/dev/kmsg")
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
-def _is_char_device(path: Path) -> bool:
+def _boot_id(path: Path) -> str | None:
     try:
-        import stat
-
-        return stat.S_ISCHR(os.stat(path).st_mode)
+        return path.read_text().strip() or None
     except OSError:
-        return False
+        return None
 
 
-def read_kernel_log(path: Path) -> list[bytes]:
-    """All of the kernel log at ``path`` as byte chunks of whole lines."""
-    if _is_char_device(path):
-        return list(_read_kmsg(path))
+def read_kernel_log(
+    path: Path, cursor: dict[str, Any] | None = None, boot_id_path: Path = BOOT_ID
+) -> tuple[list[bytes], dict[str, Any], bool]:
+    """``(chunks of whole lines, new cursor, reset)`` for the part of the log after ``cursor``."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
+    if stat.S_ISCHR(st.st_mode):
+        return _read_kmsg(path, cursor, _boot_id(boot_id_path))
+    return _read_file(path, st, cursor)
+
+
+def _read_file(path: Path, st: os.stat_result, cursor: dict[str, Any] | None) -> tuple[list[bytes], dict[str, Any], bool]:
+    same = (
+        cursor is not None and cursor.get("path") == str(path) and cursor.get("dev") == st.st_dev
+        and cursor.get("ino") == st.st_ino and isinstance(cursor.get("offset"), int)
+        and 0 <= cursor["offset"] <= st.st_size
+    )
+    offset = int(cursor["offset"]) if same and cursor is not None else 0
+    chunks: list[bytes] = []
     try:
         with open(path, "rb") as fh:
-            chunks: list[bytes] = []
+            fh.seek(offset)
             rest = b""
             while True:
                 block = fh.read(CHUNK)
                 if not block:
                     break
+                offset += len(block)
                 block = rest + block
                 cut = block.rfind(b"\n") + 1
                 if cut == 0:
@@ -58,50 +72,32 @@ def read_kernel_log(path: Path) -> list[bytes]:
                 rest = block[cut:]
             if rest:
                 chunks.append(rest + b"\n")
-            return chunks
     except OSError as exc:
         raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
+    new = {"path": str(path), "dev": st.st_dev, "ino": st.st_ino, "offset": offset}
+    return chunks, new, not same
 
 
-STDIN = "-"
-
-
-def iter_kernel_log(path: str | Path, *, stdin: BinaryIO | None = None) -> Iterator[bytes]:
-    """Stream the kernel log at ``path`` (``-``: ``stdin``, default the process's standard
-    input) as byte chunks. Raises ``SourceUnavailable`` naming the path when it cannot be read."""
-    if str(path) == STDIN:
-        stream = stdin if stdin is not None else sys.stdin.buffer
-        yield from _read_stream(stream, "<stdin>")
-        return
-    p = Path(path)
-    if _is_char_device(p):
-        yield from _read_kmsg(p)
-        return
+def _seq(record: bytes) -> int:
+    """The sequence number of a /dev/kmsg record ``pri,seq,usec,flags;msg`` (-1 if absent)."""
+    head = record.split(b";", 1)[0].split(b",")
     try:
-        fh = open(p, "rb")  # noqa: SIM115 - closed below; errors must name the path
-    except OSError as exc:
-        raise SourceUnavailable(SOURCE, f"{p}: {exc.strerror or exc}") from None
-    with fh:
-        yield from _read_stream(fh, str(p))
+        return int(head[1])
+    except (IndexError, ValueError):
+        return -1
 
 
-def _read_stream(fh: BinaryIO, name: str) -> Iterator[bytes]:
-    while True:
-        try:
-            block = fh.read(CHUNK)
-        except OSError as exc:
-            raise SourceUnavailable(SOURCE, f"{name}: {exc.strerror or exc}") from None
-        if not block:
-            return
-        yield block
-
-
-def _read_kmsg(path: Path) -> Iterator[bytes]:
+def _read_kmsg(path: Path, cursor: dict[str, Any] | None, boot: str | None) -> tuple[list[bytes], dict[str, Any], bool]:
+    same = (cursor is not None and cursor.get("path") == str(path) and boot is not None
+            and cursor.get("boot_id") == boot and isinstance(cursor.get("seq"), int))
+    last = int(cursor["seq"]) if same and cursor is not None else -1
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
     records: list[bytes] = []
+    chunks: list[bytes] = []
+    newest = last
     try:
         while True:
             try:
@@ -109,18 +105,21 @@ def _read_kmsg(path: Path) -> Iterator[bytes]:
             except BlockingIOError:
                 break
             except OSError as exc:
-                if exc.errno == errno.EPIPE:
-                    continue  # overwritten while we read: skip to the next record
-                if exc.errno == errno.EINVAL:  # record larger than the buffer: cannot advance
-                    break
+                if exc.errno in (errno.EPIPE, errno.EINVAL):
+                    continue  # overwritten while we read / oversized: skip to the next record
                 raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
             if not rec:
                 break
+            seq = _seq(rec)
+            if seq <= last and seq >= 0:
+                continue
+            newest = max(newest, seq)
             records.append(rec if rec.endswith(b"\n") else rec + b"\n")
             if len(records) >= 4096:
-                yield b"".join(records)
+                chunks.append(b"".join(records))
                 records = []
     finally:
         os.close(fd)
     if records:
-        yield b"".join(records)
+        chunks.append(b"".join(records))
+    return chunks, {"path": str(path), "boot_id": boot, "seq": newest}, not same
