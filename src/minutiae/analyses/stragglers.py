@@ -50,7 +50,7 @@ class Options:
     false_alarms: float = 0.1
     ranks_per_node: int | None = None
     stopped_after: int = 3
-    block: int = 128
+    block: int = 64
 
 
 def _members(groups: np.ndarray) -> list[np.ndarray]:

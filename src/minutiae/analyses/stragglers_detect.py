@@ -3,9 +3,15 @@
 Per step, each rank's log time is compared with the median of its peer group at that step
 (``r = log x - median_peers(log x)``: drift, checkpoint steps and anything else shared by the
 group cancel), standardised by the group's robust noise (``z = r / sigma``) and fed to the two
-CUSUMs of ``stragglers_calib.design``. State is a handful of arrays of length ``ranks``:
-``update`` costs two medians and ~20 vector operations per step, whatever the history length,
-so streaming a live job and analysing a whole file are the same code.
+CUSUMs of ``stragglers_calib.design``.
+
+A block of steps is processed with whole-array operations, no Python loop over steps or ranks:
+the CUSUM (Lindley) recursion ``S_t = max(0, S_{t-1} + x_t)`` has the closed form
+``S_t = W_t - min(0, min_{u<=t} W_u)`` with ``W_t = S_{-1} + sum_{u<=t} x_u``, i.e. one
+cumulative sum and one running minimum along the step axis; the start of the current excursion
+(the change-point estimate) is the last step where ``S`` was 0 (a running maximum of indices).
+State carried between blocks is a few arrays of length ``ranks``, so a one-step block (streaming)
+and a whole file are the same code and give the same answer.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from minutiae.analyses.stragglers_types import Design
 
 #: per-step log-ratio bounds used for the slowdown estimate (a 1-step 10x pause counts as e^1)
 R_LOW, R_HIGH = -0.5, 1.0
+#: reference of the estimation-only CUSUM that dates large shifts (>= 6 sigma)
+ESTIMATOR_K = 3.0
 
 
 def group_medians(logx: np.ndarray, members: list[np.ndarray]) -> np.ndarray:
@@ -58,6 +66,29 @@ class Alarms:
     se_log_ratio: np.ndarray
 
 
+class _Cusum:
+    """One CUSUM's carried state: statistic, excursion start and the excursion's sums."""
+
+    def __init__(self, n: int, k: float, clip: float, h: float) -> None:
+        self.k, self.clip, self.h = np.float32(k), np.float32(clip), h
+        self.s = np.zeros(n, dtype=np.float32)
+        self.start = np.full(n, -1, dtype=np.int64)
+        self.sums = np.zeros((3, n))  # sum r, sum r^2, count over the current excursion
+
+    def run(self, z: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Statistic (steps, ranks) over the block and the index of the last zero (-1: none)."""
+        x = np.clip(z, -self.clip, self.clip)
+        x -= self.k
+        x[~ok] = 0.0  # a missing step leaves S unchanged
+        w = np.cumsum(x, axis=0, out=x)
+        w += self.s
+        low = np.minimum.accumulate(w, axis=0)
+        np.minimum(low, 0.0, out=low)
+        stat = np.subtract(w, low, out=w)
+        zero_at = np.where(stat <= 0.0, np.arange(stat.shape[0], dtype=np.int32)[:, None], -1)
+        return stat, np.maximum.accumulate(zero_at, axis=0)
+
+
 class SeriesDetector:
     """CUSUM bank over the ranks of one timing series; feed it blocks of steps in order."""
 
@@ -66,86 +97,106 @@ class SeriesDetector:
         ng = int(self.groups.max()) + 1 if groups.size else 0
         self.members = [np.flatnonzero(self.groups == g) for g in range(ng)]
         self.sigma = sigma[self.groups].astype(np.float32)
-        fast, slow = design.detectors
-        self.fast, self.slow = fast, slow
         n = groups.size
-        self.s_fast = np.zeros(n)
-        self.s_slow = np.zeros(n)
-        self.z_prev = np.zeros(n)
-        # per detector (0 fast, 1 slow): sums of r over the current CUSUM excursion
-        self.acc_sum = np.zeros((2, n))
-        self.acc_sq = np.zeros((2, n))
-        self.acc_n = np.zeros((2, n), dtype=np.int64)
-        self.acc_start = np.full((2, n), -1, dtype=np.int64)
-        self.alarm_sum = np.zeros(n)
-        self.alarm_sq = np.zeros(n)
-        self.alarm_n = np.zeros(n, dtype=np.int64)
+        self.tests = [_Cusum(n, d.k, d.clip, d.h) for d in design.detectors]
+        self.estimator = _Cusum(n, ESTIMATOR_K, ESTIMATOR_K + 4.0, float("inf"))
         self.alarm_step = np.full(n, -1, dtype=np.int64)
         self.alarm_since = np.full(n, -1, dtype=np.int64)
         self.alarm_det = np.full(n, -1, dtype=np.int8)
         self.alarm_score = np.zeros(n)
+        self.alarm_sums = np.zeros((3, n))
         self.last_step = np.full(n, -1, dtype=np.int64)
         self.medians: list[float] = []
 
     def update(self, x: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """Process ``x`` (len(steps), ranks) seconds; returns the ranks newly alarmed."""
         r, med = peer_log_ratio(x, self.groups, self.members)
-        z = r / self.sigma
-        fresh: list[np.ndarray] = []
-        kf, cf, hf = self.fast.k, self.fast.clip, self.fast.h
-        ks, cs, hs = self.slow.k, self.slow.clip, self.slow.h
-        with np.errstate(invalid="ignore"):
-            typical = np.exp(np.median(med, axis=1))
-            self.medians.extend(typical[np.isfinite(typical)].tolist())
-            for i, step in enumerate(steps.tolist()):
-                zt = z[i].astype(np.float64)
-                ok = np.isfinite(zt)
-                zt = np.where(ok, zt, 0.0)
-                y = np.minimum(zt, self.z_prev) if self.fast.confirm else zt
-                sf = np.maximum(0.0, self.s_fast + np.clip(y, -cf, cf) - kf)
-                ss = np.maximum(0.0, self.s_slow + np.clip(zt, -cs, cs) - ks)
-                self.s_fast = np.where(ok, sf, self.s_fast)
-                self.s_slow = np.where(ok, ss, self.s_slow)
-                self.z_prev = np.where(ok, zt, self.z_prev)
-                alarmed = self.alarm_step >= 0
-                rt = np.clip(np.where(ok, r[i], 0.0), R_LOW, R_HIGH)
-                quiet = np.stack([self.s_fast == 0.0, self.s_slow == 0.0])
-                grow = ok & ~quiet
-                begin = grow & (self.acc_n == 0)
-                self.acc_start[1, begin[1]] = step
-                # the fast test sees min(z_t, z_t-1): its excursion starts one step late
-                prev = np.where(self.last_step >= 0, self.last_step, step)
-                self.acc_start[0, begin[0]] = prev[begin[0]]
-                self.acc_sum = np.where(quiet, 0.0, self.acc_sum + np.where(grow, rt, 0.0))
-                self.acc_sq = np.where(quiet, 0.0, self.acc_sq + np.where(grow, rt * rt, 0.0))
-                self.acc_n = np.where(quiet, 0, self.acc_n + grow)
-                if alarmed.any():
-                    live = alarmed & ok
-                    self.alarm_sum += np.where(live, rt, 0.0)
-                    self.alarm_sq += np.where(live, rt * rt, 0.0)
-                    self.alarm_n += live
-                hit = ~alarmed & ((self.s_fast > hf) | (self.s_slow > hs))
-                if hit.any():
-                    idx = np.flatnonzero(hit)
-                    ratio_f = self.s_fast[idx] / hf
-                    ratio_s = self.s_slow[idx] / hs
-                    det = np.where(ratio_f >= 1.0, 0, 1)
-                    self.alarm_step[idx] = step
-                    self.alarm_det[idx] = det
-                    self.alarm_score[idx] = np.maximum(ratio_f, ratio_s)
-                    self.alarm_since[idx] = self.acc_start[det, idx]
-                    self.alarm_sum[idx] = self.acc_sum[det, idx]
-                    self.alarm_sq[idx] = self.acc_sq[det, idx]
-                    self.alarm_n[idx] = self.acc_n[det, idx]
-                    fresh.append(idx)
-                self.last_step[ok] = step
-        return np.concatenate(fresh) if fresh else np.empty(0, dtype=np.int64)
+        typical = np.exp(np.median(med, axis=1))
+        self.medians.extend(typical[np.isfinite(typical)].tolist())
+        ok = np.isfinite(r)
+        z = np.where(ok, r / self.sigma, np.float32(0.0))
+        rc = np.clip(np.where(ok, r, np.float32(0.0)), R_LOW, R_HIGH)
+        cum = np.stack([np.cumsum(rc, axis=0), np.cumsum(rc * rc, axis=0),
+                        np.cumsum(ok, axis=0, dtype=np.float32)])  # (3, steps, ranks)
+        n_steps = x.shape[0]
+        # excursions still open at the block start begin at its first step when S was 0
+        for t in (*self.tests, self.estimator):
+            fresh_start = t.s <= 0.0
+            t.start[fresh_start] = steps[0]
+            t.sums[:, fresh_start] = 0.0
+        first = np.full(x.shape[1], n_steps, dtype=np.int64)
+        which = np.full(x.shape[1], -1, dtype=np.int8)
+        runs = []
+        for d, t in enumerate(self.tests):
+            stat, last_zero = t.run(z, ok)
+            over = stat > t.h
+            hit = over.any(axis=0)
+            at = np.where(hit, over.argmax(axis=0), n_steps)
+            better = at < first
+            first[better], which[better] = at[better], d
+            runs.append((stat, last_zero))
+        runs.append(self.estimator.run(z, ok))
+        waiting = self.alarm_step < 0
+        new = np.flatnonzero(waiting & (first < n_steps))
+        if new.size:
+            ta = first[new]
+            det = which[new]
+            z_scale = self.sigma[new].astype(np.float64)
+            since, sums = self._excursion(self.tests[0], runs[0], ta, new, cum, steps)
+            for d in range(1, len(self.tests)):
+                s_d, u_d = self._excursion(self.tests[d], runs[d], ta, new, cum, steps)
+                pick = det == d
+                since[pick], sums[:, pick] = s_d[pick], u_d[:, pick]
+            # a large shift is dated by the estimation-only CUSUM tuned to it (its k is closer
+            # to half the shift, so pre-onset noise is not absorbed into the excursion)
+            est = runs[-1]
+            s_e, u_e = self._excursion(self.estimator, est, ta, new, cum, steps)
+            shift = u_e[0] / np.maximum(u_e[2], 1) / z_scale
+            sharp = (est[0][ta, new] > 0) & (shift >= 2 * self.estimator.k)
+            since[sharp], sums[:, sharp] = s_e[sharp], u_e[:, sharp]
+            self.alarm_since[new] = since
+            self.alarm_sums[:, new] = sums + cum[:, -1, new] - cum[:, ta, new]
+            self.alarm_det[new] = det
+            self.alarm_score[new] = np.max(
+                [rs[0][ta, new] / tt.h for rs, tt in zip(runs[:-1], self.tests, strict=True)], axis=0)
+            self.alarm_step[new] = steps[ta]
+        old = np.flatnonzero(~waiting)
+        if old.size:
+            self.alarm_sums[:, old] += cum[:, -1, old]
+        for (stat, last_zero), t in zip(runs, [*self.tests, self.estimator], strict=True):
+            s_end, j_end = stat[-1], last_zero[-1]
+            open_ = s_end > 0.0
+            restart = open_ & (j_end >= 0)
+            cont = open_ & (j_end < 0)
+            jr = j_end[restart]
+            t.start[restart] = steps[np.minimum(jr + 1, n_steps - 1)]
+            t.sums[:, restart] = cum[:, -1, restart] - cum[:, jr, restart]
+            t.sums[:, cont] += cum[:, -1, cont]
+            t.sums[:, ~open_] = 0.0
+            t.s = s_end.astype(np.float32)
+        seen = ok.any(axis=0)
+        last_ok = n_steps - 1 - ok[::-1].argmax(axis=0)
+        self.last_step[seen] = steps[last_ok[seen]]
+        return new
+
+    @staticmethod
+    def _excursion(t: _Cusum, run: tuple[np.ndarray, np.ndarray], ta: np.ndarray,
+                   sel: np.ndarray, cum: np.ndarray, steps: np.ndarray,
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """First step and (sum r, sum r^2, n) of ``t``'s excursion open at block row ``ta``."""
+        j = run[1][ta, sel]
+        inside = j >= 0
+        since = np.where(inside, steps[np.minimum(j + 1, steps.size - 1)], t.start[sel])
+        before = np.where(inside, cum[:, np.maximum(j, 0), sel], 0.0)
+        carry = np.where(inside, 0.0, t.sums[:, sel])
+        return since, cum[:, ta, sel] - before + carry
 
     def alarms(self) -> Alarms:
         idx = np.flatnonzero(self.alarm_step >= 0)
-        n = np.maximum(self.alarm_n[idx], 1)
-        mean = self.alarm_sum[idx] / n
-        var = np.maximum(self.alarm_sq[idx] / n - mean * mean, 0.0)
+        total, sq, cnt = self.alarm_sums[:, idx]
+        n = np.maximum(cnt, 1)
+        mean = total / n
+        var = np.maximum(sq / n - mean * mean, 0.0)
         se = np.sqrt(var / np.maximum(n - 1, 1))
         return Alarms(idx, self.alarm_since[idx], self.alarm_step[idx], self.alarm_det[idx],
                       self.alarm_score[idx], mean, se)

@@ -34,19 +34,17 @@ class DetectorDesign:
 
     ``k`` is the reference value (half the shift in noise units it is tuned for), ``h`` the alarm
     threshold solved from the false-alarm budget ``alpha`` (per rank and step), ``clip`` the
-    winsorisation of each increment, ``confirm`` whether the increment is ``min(z_t, z_{t-1})``
-    (a one-step spike never counts)."""
+    winsorisation of each increment (it bounds what one GC pause or loader hiccup can add)."""
 
     name: str
     k: float
     h: float
     clip: float
-    confirm: bool
     alpha: float
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "k": self.k, "h": round(self.h, 4), "clip": round(self.clip, 4),
-                "confirm": self.confirm, "alpha_per_rank_step": self.alpha}
+                "alpha_per_rank_step": self.alpha}
 
 
 @dataclass(frozen=True, slots=True)

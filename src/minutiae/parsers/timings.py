@@ -10,6 +10,7 @@ only turns bytes into a table or raises ``ParseError``/``DataError`` naming ``wh
 from __future__ import annotations
 
 import io
+import warnings
 
 import polars as pl
 
@@ -44,8 +45,10 @@ def parse_csv(data: bytes, where: str, header: str | None = None) -> pl.DataFram
     """CSV bytes; ``header`` supplies the column line for a chunk read from a growing file."""
     body = (header.encode() + b"\n" + data) if header is not None else data
     try:
-        df = pl.read_csv(io.BytesIO(body), infer_schema_length=0, truncate_ragged_lines=True,
-                         encoding="utf8-lossy", ignore_errors=True)
+        with warnings.catch_warnings():  # ragged lines are truncated on purpose
+            warnings.simplefilter("ignore", UserWarning)
+            df = pl.read_csv(io.BytesIO(body), infer_schema_length=0, truncate_ragged_lines=True,
+                             encoding="utf8-lossy", ignore_errors=True)
     except _POLARS_ERRORS as exc:
         raise ParseError(f"not a timing CSV ({_short(exc)})", where) from None
     if df.width < 3 and not header:
