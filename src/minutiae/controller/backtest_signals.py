@@ -1,0 +1,195 @@
+"""What the agent would have reported, rebuilt from a simulated node's files (pure).
+
+- kern.log → events with the shipped kernel-log rules (plus one boot rule, ``Linux version``)
+  → findings. A kernel-log finding stays in the node's reports until the node boots again
+  (the agent reads the kernel log since boot; events are not conditions, the reboot is what
+  ends them). Repeats of the same (kind, code, device) keep one finding, the latest.
+- ib.csv (a change log of sysfs counters and port state) → the sysfs-IB parser's observations
+  at every sample time → the shipped counter rules for ``ib`` components (with the previous
+  sample for rates and increases), exactly as the agent evaluates them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from minutiae.checks.catalog import LogRule, kernel_log_rules, sxid_catalog, xid_catalog
+from minutiae.checks.counters import Context, CounterRule, counter_rules, evaluate
+from minutiae.model import Action, Finding, LogEvent, Severity
+from minutiae.parsers.kernel_log import KernelLogParser
+from minutiae.parsers.snapshot import SnapshotBuilder
+from minutiae.parsers.sysfs_ib import ib_component, parse_ib_port
+from minutiae.sources.history import parse_csv
+
+BOOT_RULE = LogRule(id="backtest-boot", kind="boot", keywords=("Linux version",),
+                    pattern=re.compile(r"^Linux version \S+"), severity=Severity.INFO,
+                    action=Action.NONE, message="boot",
+                    description="a kernel boot: kernel-log findings end here")
+
+
+@dataclass(frozen=True, slots=True)
+class TimedFinding:
+    time: float
+    finding: Finding
+
+    @property
+    def key(self) -> tuple[str, int | None, str | None]:
+        f = self.finding
+        return (f.kind, f.code, f.pci or f.component)
+
+
+@cache
+def _parser(year: int | None) -> KernelLogParser:
+    return KernelLogParser((*kernel_log_rules(), BOOT_RULE), year=year)
+
+
+@cache
+def _rules_by_id() -> dict[str, LogRule]:
+    return {r.id: r for r in kernel_log_rules()}
+
+
+def _finding(ev: LogEvent) -> Finding:
+    """The finding of one kernel-log event: severity/action from its rule, or from the XID/SXID
+    catalog by code for catalog rules (the node checks' mapping)."""
+    rule = _rules_by_id().get(str(ev.attrs.get("rule", "")))
+    sev, act, name = Severity.WARNING, Action.NONE, ""
+    if rule is not None:
+        sev, act = rule.severity, rule.action
+        if rule.catalog in ("xid", "sxid"):
+            cat = xid_catalog() if rule.catalog == "xid" else sxid_catalog()
+            entry = cat.get(ev.code)
+            if entry is None:
+                sev, act = cat.unknown_severity, cat.unknown_action
+            else:
+                sev, act, name = entry.severity, entry.action, entry.name
+                for pattern, o_sev, o_act in entry.overrides:
+                    if pattern.search(ev.message):
+                        sev, act = o_sev, o_act
+                        break
+    message = f"{ev.kind} {ev.code} ({name})" if ev.code is not None and name else ev.message
+    return Finding(kind=ev.kind, severity=sev, action=act, message=message[:300], code=ev.code,
+                   pci=ev.pci, line=ev.line[:500], line_no=ev.line_no, time=ev.time,
+                   rule=str(ev.attrs.get("rule")) if rule is not None else None)
+
+
+def log_signals(data: bytes, year: int | None) -> tuple[list[TimedFinding], list[float]]:
+    """``(findings with times, boot times)`` of one kernel log; lines without a wall-clock time
+    (raw dmesg uptimes) cannot be placed and are skipped."""
+    findings: list[TimedFinding] = []
+    boots: list[float] = []
+    for ev in _parser(year).parse_chunks([data]):
+        if ev.time is None:
+            continue
+        t = ev.time.timestamp()
+        if ev.kind == "boot":
+            boots.append(t)
+        else:
+            findings.append(TimedFinding(t, _finding(ev)))
+    return findings, boots
+
+
+@cache
+def ib_rules() -> tuple[CounterRule, ...]:
+    return tuple(r for r in counter_rules() if r.component == "ib")
+
+
+def _samples(rows: Sequence[dict[str, str]]) -> Iterator[tuple[float, dict[tuple[str, str], dict[str, str]]]]:
+    """``(time, {(device, port): changed files})`` per sample time of the change log."""
+    changed: dict[tuple[str, str], dict[str, str]] = {}
+    cur: float | None = None
+    for r in rows:
+        try:
+            t = float(r["time"])
+        except (TypeError, ValueError):
+            continue
+        if cur is not None and t != cur:
+            yield cur, changed
+            changed = {}
+        cur = t
+        counter = r.get("counter") or ""
+        rel = counter if counter in ("state", "phys_state", "rate", "link_layer") else f"counters/{counter}"
+        changed.setdefault((r.get("device") or "?", r.get("port") or "1"), {})[rel] = r.get("value") or ""
+    if cur is not None:
+        yield cur, changed
+
+
+class _Previous(Mapping[tuple[str, str], tuple[float, float]]):
+    """The previous sample's numeric values, as the counter rules read them."""
+
+    def __init__(self, values: dict[str, dict[str, Any]], t: float) -> None:
+        self._values = values
+        self._t = t
+
+    def __getitem__(self, key: tuple[str, str]) -> tuple[float, float]:
+        v = self._values.get(key[0], {}).get(key[1])
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise KeyError(key)
+        return float(v), self._t
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter([(c, m) for c, vals in self._values.items() for m in vals])
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._values.values())
+
+
+def ib_signals(text: str, where: str) -> list[tuple[float, tuple[Finding, ...]]]:
+    """``(sample time, findings at that sample)`` for every sample of an ib.csv change log.
+
+    The agent re-reads every port at every check; here a port is re-parsed when its files
+    changed and re-evaluated when it changed or had findings (an unchanged port without
+    findings cannot start one: thresholds see the same values, rates and increases see 0).
+    Group rules (a port slower than its HCA-type peers) always see every port."""
+    rows = parse_csv(text, where, ("time", "device", "port", "counter", "value"))
+    rows.sort(key=lambda r: float(r["time"]) if _num(r["time"]) else 0.0)
+    nongroup = tuple(r for r in ib_rules() if r.cond.op != "below_group_max")
+    group = tuple(r for r in ib_rules() if r.cond.op == "below_group_max")
+    files: dict[tuple[str, str], dict[str, str]] = {}
+    values: dict[str, dict[str, Any]] = {}
+    prev: dict[str, dict[str, Any]] = {}
+    prev_t: float | None = None
+    grouped = {m for r in group for m in (*r.cond.metrics, r.cond.group_by or "")}
+    had: set[str] = set()
+    group_found: list[Finding] = []
+    out: list[tuple[float, tuple[Finding, ...]]] = []
+    for t, changed in _samples(rows):
+        comps = set()
+        regroup = False
+        for (dev, port), f in changed.items():
+            files.setdefault((dev, port), {}).update(f)
+            b = SnapshotBuilder("sysfs-ib", t)
+            parse_ib_port(b, dev, port, files[(dev, port)], f"{where}:{dev}/{port}")
+            comp = ib_component(dev, port)
+            new = {o.metric: o.value for o in b.build()}
+            old = values.get(comp)
+            regroup = regroup or old is None or any(old.get(m) != new.get(m) for m in grouped)
+            values[comp] = new
+            comps.add(comp)
+        previous = _Previous(prev, prev_t) if prev_t is not None else _Previous({}, t)
+        sub = {c: values[c] for c in comps | had if c in values}
+        if regroup:  # group rules compare ports: only a change of what they compare matters
+            group_found = evaluate(group, Context(values, previous, t))
+        found = evaluate(nongroup, Context(sub, previous, t)) + group_found
+        had = {f.component for f in found if f.component}
+        out.append((t, tuple(found)))
+        for c in comps:
+            prev[c] = dict(values[c])
+        prev_t = t
+    return out
+
+
+def _num(s: str | None) -> bool:
+    try:
+        float(s or "")
+    except ValueError:
+        return False
+    return True
+
+
+def drains_somewhere(findings: Iterable[Finding]) -> int:
+    """How many findings need a node-level remediation (reset_gpu or more)."""
+    return sum(1 for f in findings if f.action.drains)
