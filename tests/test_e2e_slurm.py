@@ -112,8 +112,11 @@ def post(ctl: ServeProcess, node: str, findings=(), rack: str = "r1") -> None:
     body = {"node": node, "status": "critical" if findings else "ok",
             "checks": [{"check": "gpu", "status": "critical" if findings else "ok",
                         "findings": list(findings)}], "domains": {"rack": rack}}
-    r = httpx.post(f"{ctl.url}/v1/reports", json=body, headers=ctl.headers, timeout=10)
+    r = _HTTP.post(f"{ctl.url}/v1/reports", json=body, headers=ctl.headers)
     assert r.status_code == 202, r.text
+
+
+_HTTP = httpx.Client(timeout=10)
 
 
 def wait_for(pred, timeout=30.0, what="condition"):

@@ -125,26 +125,50 @@ class Controller:
     # ---- scheduler states ----------------------------------------------------------------
     def _states(self, nodes: Sequence[str], interesting: set[str], now: float
                 ) -> dict[str, NodeState | None]:
+        """Scheduler states: interesting nodes (findings, not OK, remembered) are re-read every
+        step, the others when their cached state is older than ``sched_ttl_s``. Uses the
+        backend's bulk ``states(nodes)`` when it has one. A node whose state could not be read
+        is None (reconcile never acts on it)."""
+        need = [n for n in nodes if n in interesting or now - self._sched.get(
+            n, (None, float("-inf")))[1] >= self.sched_ttl_s]
+        failed: set[str] = set()
+        if need:
+            bulk = getattr(self.backend, "states", None)
+            if callable(bulk):
+                try:
+                    got: dict[str, NodeState] = bulk(need)
+                except BackendUnavailable as exc:
+                    self.problem(f"scheduler unreachable, not acting this step: {exc}")
+                    failed = set(need)
+                except MinutiaeError as exc:
+                    self.problem(f"scheduler states unknown this step: {exc}")
+                    failed = set(need)
+                else:
+                    for n in need:
+                        if n in got:
+                            self._sched[n] = (got[n], now)
+                        else:
+                            failed.add(n)
+                            self._sched[n] = (None, now)
+                    if len(failed) < len(need) and failed:
+                        self.problem(f"scheduler does not know {len(failed)} reporting node(s): "
+                                     f"{', '.join(sorted(failed)[:5])}")
+            else:
+                for n in need:
+                    try:
+                        self._sched[n] = (self.backend.state(n), now)
+                    except BackendUnavailable as exc:
+                        self.problem(f"scheduler unreachable, not acting this step: {exc}")
+                        failed.update(need[need.index(n):])
+                        break
+                    except MinutiaeError as exc:
+                        self.problem(f"scheduler state of {n} unknown: {exc}")
+                        self._sched[n] = (None, now)
+                        failed.add(n)
         out: dict[str, NodeState | None] = {}
-        reachable = True
         for n in nodes:
             cached = self._sched.get(n)
-            fresh = cached is not None and now - cached[1] < self.sched_ttl_s
-            if reachable and (n in interesting or not fresh):
-                try:
-                    st: NodeState | None = self.backend.state(n)
-                except BackendUnavailable as exc:
-                    reachable = False
-                    self.problem(f"scheduler unreachable, not acting this step: {exc}")
-                    st = None
-                except MinutiaeError as exc:
-                    self.problem(f"scheduler state of {n} unknown: {exc}")
-                    st = None
-                self._sched[n] = (st, now)
-            elif not reachable and n in interesting:
-                st = None
-            else:
-                st = cached[0] if cached else None
+            st = None if (n in failed and n in interesting) or cached is None else cached[0]
             if self.dry_run and n in self._overlay and st is not None and (
                     st.state is NodeSchedState.AVAILABLE or st.ours):
                 st = replace(self._overlay[n], jobs=st.jobs)
