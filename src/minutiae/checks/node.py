@@ -14,11 +14,11 @@ still run. Counter rates use the previous values from ``state_file`` (one-shot r
 
 from __future__ import annotations
 
-import socket
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minutiae.checks.node_checks import (
     check_gpu,
@@ -31,7 +31,9 @@ from minutiae.checks.node_memory import CheckMemory
 from minutiae.clock import Clock
 from minutiae.errors import InputError
 from minutiae.model import Action, CheckResult, Finding, Observation, Severity, Status
-from minutiae.sources.nvml import NvmlApi
+
+if TYPE_CHECKING:
+    from minutiae.sources.nvml import NvmlApi
 
 #: the check groups, in display order
 CHECKS = ("gpu", "ib", "pcie", "kernel_log")
@@ -169,7 +171,7 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
             save_state(cfg.state_file, mem, now)
         except InputError as exc:
             notes.append(str(exc))
-    node = cfg.node or socket.gethostname().split(".")[0]
+    node = cfg.node or os.uname().nodename.split(".")[0]
     return NodeReport(node, now, tuple(results), tuple(all_obs), tuple(notes))
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import click
@@ -47,7 +46,7 @@ def command(
 
     captured = sysfs_root is not None or nvidia_smi_xml is not None or dcgm is not None
     kmsg_path = kmsg if kmsg is not None else (None if captured else Path("/dev/kmsg"))
-    name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    name = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     cfg = CheckConfig(
         sysfs_root=sysfs_root or Path("/sys"), kmsg=kmsg_path, nvidia_smi_xml=nvidia_smi_xml,
         dcgm=dcgm, expected_gpus=expected_gpus, expected_driver=expected_driver,

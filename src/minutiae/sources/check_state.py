@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from minutiae.checks.node_memory import CheckMemory
@@ -48,7 +47,9 @@ def save_state(path: Path, memory: CheckMemory, now: float) -> None:
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".minutiae-state-", dir=path.parent)
+        # not tempfile: importing it costs more than this whole write (one-shot runs count ms)
+        tmp = str(path.parent / f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, separators=(",", ":"), default=str)
         os.replace(tmp, path)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from minutiae.errors import InputError
-from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
-from minutiae.parsers.nvidia_smi_xml import parse_nvidia_smi_xml
 from minutiae.parsers.snapshot import Snapshot
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -23,5 +21,9 @@ def read_nvidia_smi_file(path: Path) -> Snapshot:
     if len(data) > MAX_BYTES:
         raise InputError(f"larger than {MAX_BYTES} bytes; not an nvidia-smi capture", str(path))
     if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+        from minutiae.parsers.nvidia_smi_xml import parse_nvidia_smi_xml
+
         return parse_nvidia_smi_xml(data, str(path))
+    from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
+
     return parse_nvidia_smi_text(data.decode("utf-8", errors="replace"), str(path))
