@@ -88,6 +88,7 @@ class Replay:
     suppressed: int = 0
     maintenance_windows: int = 0
     by_hold_check: Mapping[str, int] = field(default_factory=dict)
+    wrong_causes: Mapping[str, int] = field(default_factory=dict)
 
     def count(self, verb: Verb) -> int:
         return sum(1 for d in self.decisions if d.action is verb)
@@ -239,6 +240,16 @@ def scored(result: Replay, history: History) -> Replay:
     for d in result.decisions:
         if d.action is Verb.HOLD and d.wanted is Verb.DRAIN:
             held_at.setdefault(d.node, []).append(d.time)
+    causes: Counter[str] = Counter()
+    for dr in result.drains:
+        cands = [t for t in history.truth if t.covers(dr.node)
+                 and t.start - params.slack_s <= dr.time <= t.end + params.grace_s]
+        if any(t.harmful and t.expect_drain for t in cands):
+            continue
+        # the wrong drain's cause: what the truth says happened there (a planned reboot, an
+        # application XID, a fault that does not need a drain ...), or nothing at all
+        named = sorted((not t.harmful, t.end - t.start, t.cls) for t in cands if t.node is not None)
+        causes[named[0][2] if named else "none"] += 1
     held_missed = []
     for t in history.truth:
         if not (t.harmful and t.expect_drain and t.node):
@@ -248,7 +259,8 @@ def scored(result: Replay, history: History) -> Replay:
             continue
         if any(lo <= x <= hi for x in held_at.get(t.node, ())):
             held_missed.append(t.id)
-    return replace(result, score=card, held_missed=tuple(held_missed))
+    return replace(result, score=card, held_missed=tuple(held_missed),
+                   wrong_causes=dict(sorted(causes.items())))
 
 
 def summary(r: Replay) -> dict[str, Any]:
@@ -268,7 +280,7 @@ def summary(r: Replay) -> dict[str, Any]:
         out.update({
             "right_drains": s.drains.right, "wrong_drains": s.drains.wrong,
             "missed_drains": s.drains.missed, "missed_held_by_budget": len(r.held_missed),
-            "false_alarm_causes": dict(s.false_alarm_causes),
+            "wrong_drain_causes": dict(r.wrong_causes),
             "gpu_hours_saved": round(s.gpu_hours.saved, 1),
         })
     return out

@@ -127,9 +127,9 @@ def render(r: Replay, history: History, label: str = "") -> list[str]:
         out.append(f"  against truth: {s['right_drains']} right drain(s), {s['wrong_drains']} "
                    f"wrong, {s['missed_drains']} missed ({s['missed_held_by_budget']} of them held "
                    f"back by the budget); GPU-hours saved {s['gpu_hours_saved']}")
-        if s["false_alarm_causes"]:
-            out.append("  wrong drains by cause: " + ", ".join(
-                f"{k} {v}" for k, v in s["false_alarm_causes"].items()))
+        if s["wrong_drain_causes"]:
+            out.append("  wrong drains by what the truth says happened: " + ", ".join(
+                f"{k} {v}" for k, v in s["wrong_drain_causes"].items()))
     for t, a in r.alerts[:10]:
         out.append(f"  STORM {_when(t)}: {a}")
     if len(r.alerts) > 10:
