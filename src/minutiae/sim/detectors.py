@@ -337,6 +337,9 @@ def _stragglers(ctx: Context) -> tuple[list[Detection], list[str], int]:
         except MinutiaeError as exc:
             notes.append(str(exc))
             continue
+        except Exception as exc:  # noqa: BLE001 - another area's analysis failing must not stop eval
+            notes.append(f"{path}: straggler analysis failed: {type(exc).__name__}: {exc}")
+            continue
         steps = df.select("step", "time").unique(subset="step").sort("step")
         st, tt = steps["step"].to_numpy(), steps["time"].to_numpy()
         for s in rep.suspects:
@@ -421,7 +424,17 @@ def run_detectors(ds: Dataset, names: Iterable[str] | None = None,
         if progress:
             progress(spec.name)
         t0 = time.perf_counter()
-        dets, notes, n = spec.run(ctx)
+        try:
+            dets, notes, n = spec.run(ctx)
+        except MinutiaeError as exc:
+            results.append(DetectorResult(spec.name, spec.what, True, f"failed: {exc}",
+                                          seconds=time.perf_counter() - t0))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a detector's bug is reported, the others still run
+            results.append(DetectorResult(spec.name, spec.what, True,
+                                          f"failed: {type(exc).__name__}: {exc}",
+                                          seconds=time.perf_counter() - t0))
+            continue
         results.append(DetectorResult(spec.name, spec.what, True, "ok", tuple(dets), n,
                                       time.perf_counter() - t0, tuple(notes)))
     return results

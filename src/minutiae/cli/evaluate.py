@@ -1,0 +1,27 @@
+"""``minutiae eval DIR``: run minutiae's pipeline over a simulated dataset and score it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from minutiae.sim.detectors import DETECTORS
+from minutiae.sim.evaluate import evaluate
+from minutiae.sim.report_text import scorecard
+
+
+@click.command("eval")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="one JSON object (for machines)")
+@click.option("--detector", "detectors", multiple=True,
+              type=click.Choice([d.name for d in DETECTORS]), help="only these detectors")
+def command(directory: Path, as_json: bool, detectors: tuple[str, ...]) -> None:
+    """Score minutiae's detectors against DIRECTORY's truth.jsonl (a `minutiae sim` dataset)."""
+    ev = evaluate(directory, detectors or None)
+    if as_json:
+        click.echo(json.dumps(ev.to_json(), sort_keys=True))
+        return
+    Console().print(scorecard(ev))
