@@ -185,3 +185,18 @@ def test_controller_serviceaccount_can_do_the_whole_drain_and_nothing_else(
     agent.close()
     delete(applied, f"/api/v1/nodes/{node}")
     delete(applied, "/api/v1/namespaces/mk-rbac/pods/victim")
+
+
+@pytest.mark.parametrize("kind", ["DaemonSet", "Deployment"])
+def test_container_args_are_accepted_by_the_cli(kind: str) -> None:
+    """The args in the manifests parse with the real ``minutiae`` command (flags cannot drift)."""
+    import click
+
+    from minutiae.cli.main import cli
+
+    args = by_kind(kind)["spec"]["template"]["spec"]["containers"][0]["args"]
+    with click.Context(cli) as ctx:
+        cmd = cli.get_command(ctx, args[0])
+        assert cmd is not None, args[0]
+        sub = cmd.make_context(args[0], list(args[1:]), resilient_parsing=False)
+        assert sub.params  # parsed without a usage error
