@@ -321,3 +321,11 @@ def test_property_fault_in_noise_is_found_whatever_the_prefix(before, after, pre
     lines = [f"[ 1.0] {n}" if n.startswith(" ") else n for n in before] + [line] + after
     evs = [e for e in parse_lines(lines, year=2024) if e.kind == "xid"]
     assert [(e.code, e.pci, e.line_no) for e in evs] == [(code, "0000:44:00.0", len(before) + 1)]
+
+
+def test_yearless_syslog_crosses_new_year():
+    text = ("Dec 31 23:59:58 gpu017 kernel: NVRM: Xid (PCI:0000:44:00): 13, pid=1, x\n"
+            "Jan  1 00:00:03 gpu017 kernel: NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus.\n")
+    a, b = parse_text(text, year=2024)
+    assert a.time == datetime(2024, 12, 31, 23, 59, 58, tzinfo=UTC)
+    assert b.time == datetime(2025, 1, 1, 0, 0, 3, tzinfo=UTC)

@@ -94,7 +94,7 @@ def generate(path: Path, lines: int, seed: int = 7) -> int:
 def time_minutiae(path: Path, use_re2: bool) -> tuple[float, float, int]:
     from minutiae.checks.logrules import findings_from_events
     from minutiae.parsers import kernel_log
-    from minutiae.sources.kmsg import iter_kernel_log
+    from minutiae.sources.logstream import iter_kernel_log
 
     saved = kernel_log._re2
     if not use_re2:

@@ -1,6 +1,6 @@
 """``minutiae logscan [FILE ...|-] [--json]``: kernel-log faults as a table or JSON lines.
 
-Wiring only: source (:mod:`minutiae.sources.kmsg`) → parser + rules
+Wiring only: source (:mod:`minutiae.sources.logstream`) → parser + rules
 (:func:`minutiae.checks.logrules.scan_chunks`) → output. Exit code: Nagios by the worst finding
 (0 none/info, 1 warning, 2 error/critical); a file that cannot be read → message naming it, 3.
 """
@@ -77,7 +77,7 @@ def command(files: tuple[str, ...], as_json: bool, year: int | None, rules_file:
     from minutiae.checks.catalog import kernel_log_rules, load_log_rules
     from minutiae.checks.logrules import nagios_status, scan_chunks
     from minutiae.clock import SystemClock
-    from minutiae.sources.kmsg import DEV_KMSG, STDIN, iter_kernel_log
+    from minutiae.sources.logstream import DEV_KMSG, STDIN, iter_kernel_log
 
     if year is None:
         year = datetime.fromtimestamp(SystemClock().now(), UTC).year

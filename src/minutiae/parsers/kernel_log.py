@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from minutiae.checks.catalog import SPECIAL_GROUPS, LogRule, kernel_log_rules
@@ -32,6 +32,7 @@ except ImportError:  # pragma: no cover - exercised only without the wheel
     _re2 = None
 
 BROADCAST = "Message from syslogd@"
+_YEARLESS = frozenset({"syslog", "broadcast"})
 BLOCK_LINES = 8192
 _PCI_ANY = re.compile(
     r"(?<![0-9A-Fa-f:])(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
@@ -84,6 +85,8 @@ class _State:
 
     line_no: int = 0  # number of the first line of the next block (0-based count so far)
     tail: list[bytes] = field(default_factory=list)  # last lines of the previous block
+    last_month: int = 0  # of the last yearless timestamp (syslog), to detect New Year
+    years_added: int = 0
 
 
 class KernelLogParser:
@@ -190,6 +193,8 @@ class KernelLogParser:
         """The event for the hit line (or None) and whether continuation lines were used."""
         line = _decode(buf[start:end])
         pre = split_prefix(line, year=self.year)
+        if pre.time is not None and pre.style in _YEARLESS:
+            pre = self._roll_year(pre, st)
         attrs: dict[str, Scalar] = {}
         used = False
         message = pre.message
@@ -225,6 +230,21 @@ class KernelLogParser:
                 continue
             return self._make(rule, m, pre, text, full, first_no, attrs), used
         return None, used
+
+    @staticmethod
+    def _roll_year(pre: Prefix, st: _State) -> Prefix:
+        """Yearless syslog times crossing New Year (Dec → Jan) move to the next year."""
+        assert pre.time is not None
+        month = pre.time.month
+        if st.last_month >= 11 and month <= 2:
+            st.years_added += 1
+        st.last_month = month
+        if not st.years_added:
+            return pre
+        try:
+            return replace(pre, time=pre.time.replace(year=pre.time.year + st.years_added))
+        except ValueError:  # 29 February
+            return pre
 
     def _join(self, buf: bytes, start: int, rule: LogRule,
               st: _State) -> tuple[list[str], list[str]] | None:
