@@ -184,3 +184,17 @@ def test_cli_plan_and_table(realdata: Path, capsys: pytest.CaptureFixture[str]) 
     os.environ.setdefault("COLUMNS", "200")
     assert main(["topo", "--from", str(p)]) == 0
     assert "52-103,156-207" in capsys.readouterr().out
+
+
+def test_parallel_fingerprinting_matches_serial(tmp_path: Path) -> None:
+    from minutiae.analyses.topology_learn import fingerprint_files
+    from minutiae.sources.topology_sysfs import read_capture_bytes
+
+    d = _fleet(tmp_path)
+    items = [(p.stem, p) for p in sorted(d.iterdir())]
+    serial = fingerprint_files(items, read_capture_bytes, workers=1)
+    forked = fingerprint_files(items, read_capture_bytes, workers=2, chunk=10)
+    assert sorted(serial[0], key=lambda x: x[0]) == sorted(forked[0], key=lambda x: x[0])
+    assert serial[1] == forked[1] and serial[1][0][0].endswith("node-0091.json")
+    assert serial[2] == 1 + len(PLANTED) + 2 and forked[2] >= serial[2]
+    assert learn(forked[0]).profile.expect == learn(serial[0]).profile.expect

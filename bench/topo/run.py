@@ -8,7 +8,10 @@ missing NIC). Three pipelines over the same files, each the median of several re
 * learn      the --learn pipeline: read, fingerprint (memoised on the capture's digest),
              majority per attribute, deviating nodes;
 * learn-distinct  the same when every capture is different (a hostname fact in each), so the
-             digest memo never hits: the worst case.
+             digest memo never hits: the worst case; single process and one process per CPU.
+
+Wall and CPU seconds are both printed: on a shared machine the wall time also measures the
+other tenants (the load average is printed too).
 
 Run: .venv/bin/python bench/topo/run.py [--nodes N] [--repeats R]
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -25,7 +29,7 @@ import time
 from pathlib import Path
 
 from minutiae.analyses.topology import report
-from minutiae.analyses.topology_learn import FingerprintCache, learn
+from minutiae.analyses.topology_learn import fingerprint_files, learn
 from minutiae.parsers.topology import parse_topology
 from minutiae.sources.topology_sysfs import iter_capture_files, read_capture_bytes
 from minutiae.testing.topology import dgx_like_topology, with_facts
@@ -59,23 +63,25 @@ def baseline(root: Path) -> int:
     return n
 
 
-def learn_dir(root: Path) -> tuple[int, int]:
-    cache = FingerprintCache()
-
-    def fps():  # type: ignore[no-untyped-def]
-        for p in iter_capture_files(root):
-            fp = cache.fingerprint(read_capture_bytes(p), str(p))
-            if not isinstance(fp, str):
-                yield p.stem, fp
-
-    res = learn(fps())
-    return len(res.deviating_nodes()), cache.parsed
+def learn_dir(root: Path, workers: int = 1) -> tuple[int, int]:
+    items = [(p.stem, p) for p in iter_capture_files(root)]
+    fps, _bad, parsed = fingerprint_files(items, read_capture_bytes, workers)
+    res = learn(fps)
+    return len(res.deviating_nodes()), parsed
 
 
 def timed(fn, *args):  # type: ignore[no-untyped-def]
-    t0 = time.perf_counter()
+    """Wall seconds, CPU seconds (this process and its finished children) and the result."""
+    import resource
+
+    def cpu() -> float:
+        a = resource.getrusage(resource.RUSAGE_SELF)
+        b = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+    c0, t0 = cpu(), time.perf_counter()
     out = fn(*args)
-    return time.perf_counter() - t0, out
+    return time.perf_counter() - t0, cpu() - c0, out
 
 
 def main() -> int:
@@ -89,25 +95,32 @@ def main() -> int:
         distinct.mkdir()
         planted = make_fleet(same, args.nodes, distinct=False)
         make_fleet(distinct, args.nodes, distinct=True)
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         size = sum(p.stat().st_size for p in same.iterdir())
         print(f"{args.nodes} captures ({size / args.nodes / 1024:.1f} KiB each), "
               f"{planted} with a planted fault; median of {args.repeats} repeats")
+        workers = min(4, os.cpu_count() or 1)
         rows = []
-        for name, fn, d in (("baseline (parse only)", baseline, same),
-                            ("learn", learn_dir, same),
-                            ("baseline, distinct files", baseline, distinct),
-                            ("learn, distinct files", learn_dir, distinct)):
-            runs = [timed(fn, d) for _ in range(args.repeats)]
-            med = statistics.median(r[0] for r in runs)
-            rows.append((name, med, runs[0][1]))
+        for name, fn, d, extra in (
+                ("baseline (parse only)", baseline, same, ()),
+                ("learn", learn_dir, same, ()),
+                ("baseline, distinct files", baseline, distinct, ()),
+                ("learn, distinct files", learn_dir, distinct, ()),
+                (f"learn, distinct, {workers} procs", learn_dir, distinct, (workers,))):
+            runs = [timed(fn, d, *extra) for _ in range(args.repeats)]
+            rows.append((name, statistics.median(r[0] for r in runs),
+                         statistics.median(r[1] for r in runs), runs[0][2]))
         base_same, base_dist = rows[0][1], rows[2][1]
-        print(f"{'pipeline':28} {'total s':>8} {'µs/capture':>11} {'vs parse-only':>14}  result")
-        for name, med, out in rows:
+        print(f"load average before the runs: {load}")
+        print(f"{'pipeline':30} {'wall s':>7} {'CPU s':>7} {'µs/capture':>11} "
+              f"{'vs parse-only':>14}  result")
+        for name, wall, cpu, out in rows:
             ref = base_dist if "distinct" in name else base_same
-            print(f"{name:28} {med:8.2f} {med / args.nodes * 1e6:11.0f} {med / ref:13.2f}x  {out}")
-        worst = rows[3][1]
-        print(f"learn over {args.nodes} distinct captures: {worst:.2f} s "
-              f"({'within' if worst <= 10 else 'OVER'} the 10 s budget)")
+            print(f"{name:30} {wall:7.2f} {cpu:7.2f} {wall / args.nodes * 1e6:11.0f} "
+                  f"{wall / ref:13.2f}x  {out}")
+        best = min(rows[3][1], rows[4][1])
+        print(f"learn over {args.nodes} captures: {rows[1][1]:.2f} s (fleet of identical nodes), "
+              f"{best:.2f} s (every capture different); budget 10 s")
     return 0
 
 

@@ -6,6 +6,7 @@ and the checks build on.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,40 +39,44 @@ class GpuPlacement:
         return bool(self.nearest_nics) and self.nic_path.gdr_local
 
 
+_UNKNOWN = PathType.UNKNOWN
+_RANKS = {p: p.rank for p in PathType}
+
+
 def _numa_path(a: int | None, b: int | None) -> PathType:
     if a is None or b is None:
-        return PathType.UNKNOWN
+        return _UNKNOWN
     return PathType.NODE if a == b else PathType.SYS
 
 
-def _best(candidates: list[tuple[PathType, str]]) -> tuple[tuple[str, ...], PathType]:
-    known = [(p, n) for p, n in candidates if p is not PathType.UNKNOWN]
-    if not known:
-        return (), PathType.UNKNOWN
-    best = min(p.rank for p, _ in known)
-    path = next(p for p, _ in known if p.rank == best)
-    return tuple(sorted(n for p, n in known if p.rank == best)), path
+def _best(gpu: Gpu, devices: list[tuple[str, int | None]],
+          paths: Mapping[tuple[int, str], PathType]) -> tuple[tuple[str, ...], PathType]:
+    """The devices with the best known path from ``gpu`` (falling back to NUMA placement when
+    the source has no path), and that path type."""
+    best_rank, best_path, names = 99, _UNKNOWN, []
+    for name, numa in devices:
+        p = paths.get((gpu.index, name))
+        if p is None or p is _UNKNOWN:
+            p = _numa_path(gpu.numa, numa)
+            if p is _UNKNOWN:
+                continue
+        r = _RANKS[p]
+        if r < best_rank:
+            best_rank, best_path, names = r, p, [name]
+        elif r == best_rank:
+            names.append(name)
+    return tuple(sorted(names)), best_path
 
 
 def place_gpus(t: NodeTopology) -> tuple[GpuPlacement, ...]:
+    nics = [(n.name, n.numa) for n in t.nics]
+    nvmes = [(d.name, d.numa) for d in t.nvmes]
     out = []
     for g in t.gpus:
-        cand = []
-        for n in t.nics:
-            p = t.gpu_nic.get((g.index, n.name))
-            if p is None or p is PathType.UNKNOWN:
-                p = _numa_path(g.numa, n.numa)
-            cand.append((p, n.name))
-        nics, nic_path = _best(cand)
-        vcand = []
-        for d in t.nvmes:
-            p = t.gpu_nvme.get((g.index, d.name))
-            if p is None or p is PathType.UNKNOWN:
-                p = _numa_path(g.numa, d.numa)
-            vcand.append((p, d.name))
-        nvme, nvme_path = _best(vcand)
+        nic_names, nic_path = _best(g, nics, t.gpu_nic)
+        nvme, nvme_path = _best(g, nvmes, t.gpu_nvme)
         cpus = g.cpus or (t.numa_cpus.get(g.numa, ()) if g.numa is not None else ())
-        out.append(GpuPlacement(g, g.numa, cpus, nics, nic_path, nvme, nvme_path))
+        out.append(GpuPlacement(g, g.numa, cpus, nic_names, nic_path, nvme, nvme_path))
     return tuple(out)
 
 

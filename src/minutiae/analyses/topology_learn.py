@@ -9,8 +9,9 @@ attribute's majority is counted over the groups, weighted by group size.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from minutiae.analyses.topology_check import deviates
 from minutiae.analyses.topology_profile import ATTRIBUTES, Profile, Value
@@ -122,3 +123,52 @@ class FingerprintCache:
             result = str(exc.args[0]) if exc.args else "unreadable"
         self._memo[digest] = result
         return result
+
+
+# --- many captures: memoised, optionally over several processes ------------------------------
+
+_WORKER_CACHE: FingerprintCache | None = None
+_WORKER_READ: Callable[[Path], bytes] | None = None
+
+
+def _work(chunk: list[tuple[str, Path]]) -> tuple[list[tuple[str, str, dict[str, Value] | str]], int]:
+    global _WORKER_CACHE
+    if _WORKER_CACHE is None:
+        _WORKER_CACHE = FingerprintCache()
+    assert _WORKER_READ is not None
+    before = _WORKER_CACHE.parsed
+    out = [(node, str(path), _WORKER_CACHE.fingerprint(_WORKER_READ(path), str(path)))
+           for node, path in chunk]
+    return out, _WORKER_CACHE.parsed - before
+
+
+def fingerprint_files(items: Iterable[tuple[str, Path]], read: Callable[[Path], bytes],
+                      workers: int = 1, chunk: int = 500,
+                      ) -> tuple[list[tuple[str, dict[str, Value]]], list[tuple[str, str]], int]:
+    """Fingerprint (node, path) pairs with ``read`` (the source's file reader, injected: this
+    module does no I/O of its own). ``workers`` > 1 forks that many processes, each with its own
+    digest memo. Returns the fingerprints, the unreadable (path, reason) pairs, and how many
+    captures were actually parsed (memo misses)."""
+    global _WORKER_READ
+    todo = list(items)
+    _WORKER_READ = read
+    if workers <= 1 or len(todo) < 2 * chunk:
+        results = [_work(todo)]
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunks = [todo[i:i + chunk] for i in range(0, len(todo), chunk)]
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as ex:
+            results = list(ex.map(_work, chunks))
+    good: list[tuple[str, dict[str, Value]]] = []
+    bad: list[tuple[str, str]] = []
+    parsed = 0
+    for rows, n in results:
+        parsed += n
+        for node, path, fp in rows:
+            if isinstance(fp, str):
+                bad.append((path, fp))
+            else:
+                good.append((node, fp))
+    return good, bad, parsed

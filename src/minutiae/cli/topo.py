@@ -83,25 +83,19 @@ def _print_table(topo: Any) -> None:
         con.print(f"[dim]note:[/] {m}", highlight=False)
 
 
-def _learn(directory: str, as_json: bool, write_profile: str | None, min_support: float) -> int:
-    from minutiae.analyses.topology_learn import FingerprintCache, learn
+def _learn(directory: str, as_json: bool, write_profile: str | None, min_support: float,
+           workers: int) -> int:
+    import os
+
+    from minutiae.analyses.topology_learn import fingerprint_files, learn
     from minutiae.analyses.topology_profile import profile_to_toml
     from minutiae.sources import topology_sysfs as src
 
-    cache = FingerprintCache()
-    skipped: list[tuple[str, str]] = []
     root = Path(directory)
-
-    def fps() -> Any:
-        for path in src.iter_capture_files(root):
-            node = str(path.relative_to(root).with_suffix(""))
-            fp = cache.fingerprint(src.read_capture_bytes(path), str(path))
-            if isinstance(fp, str):
-                skipped.append((str(path), fp))
-            else:
-                yield node, fp
-
-    res = learn(fps(), name=f"learned:{root.name}", min_support=min_support)
+    items = [(str(p.relative_to(root).with_suffix("")), p) for p in src.iter_capture_files(root)]
+    workers = workers if workers > 0 else min(4, os.cpu_count() or 1)
+    fps, skipped, parsed = fingerprint_files(items, src.read_capture_bytes, workers)
+    res = learn(fps, name=f"learned:{root.name}", min_support=min_support)
     if res.nodes == 0:
         raise ConfigError(f"{directory}: no readable topology capture"
                           + (f" ({len(skipped)} unreadable)" if skipped else ""))
@@ -109,7 +103,7 @@ def _learn(directory: str, as_json: bool, write_profile: str | None, min_support
         src.write_text(write_profile, profile_to_toml(res.profile))
     if as_json:
         click.echo(json.dumps({
-            "nodes": res.nodes, "groups": res.groups, "parsed": cache.parsed,
+            "nodes": res.nodes, "groups": res.groups, "parsed": parsed,
             "profile": res.profile.expect, "support": res.profile.support,
             "ambiguous": {k: [list(x) for x in v] for k, v in res.ambiguous.items()},
             "deviating_nodes": list(res.deviating_nodes()),
@@ -168,13 +162,15 @@ def _learn(directory: str, as_json: bool, write_profile: str | None, min_support
 @click.option("--write-profile", metavar="F", help="With --learn: write the learned profile TOML to F.")
 @click.option("--min-support", type=float, default=0.5, show_default=True,
               help="With --learn: majority fraction an attribute needs to enter the profile.")
+@click.option("--workers", type=int, default=0, show_default=True,
+              help="With --learn: processes reading captures (0: up to 4, one per CPU).")
 def command(from_file: str | None, sysfs_root: str | None, as_json: bool, plan: bool,
             ranks: int | None, reserve_cores: str | None, fmt: str, check: bool,
             expect: str | None, learn_dir: str | None, write_profile: str | None,
-            min_support: float) -> int:
+            min_support: float, workers: int) -> int:
     """Topology: GPU↔NUMA↔NIC↔NVMe placement, binding plan, checks, learned fleet profile."""
     if learn_dir is not None:
-        return _learn(learn_dir, as_json, write_profile, min_support)
+        return _learn(learn_dir, as_json, write_profile, min_support, workers)
     if write_profile:
         raise ConfigError("--write-profile needs --learn DIR")
     topo = _load(from_file, sysfs_root)
