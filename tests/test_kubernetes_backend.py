@@ -189,3 +189,20 @@ def test_unknown_node_and_bad_token(api: KubeClient, kubeconfig: str,
 
 def _has(api: KubeClient, path: str) -> bool:
     return api.exists(path)
+
+
+def test_bulk_states_equal_one_by_one(api: KubeClient, backend: KubernetesBackend) -> None:
+    nodes = ["mk-be-10", "mk-be-11", "mk-be-12"]
+    for n in nodes:
+        create_node(api, n)
+    backend.drain("mk-be-10", "xid 79")
+    admin_cordon(api, "mk-be-11")
+    create_pod(api, NS, "job-a", "mk-be-11", {"app": "job"})
+    bulk = backend.states([*nodes, "mk-be-not-there"])
+    assert bulk == {n: backend.state(n) for n in nodes}
+    assert [bulk[n].state for n in nodes] == [NodeSchedState.DRAINED, NodeSchedState.DRAINING,
+                                              NodeSchedState.AVAILABLE]
+    assert bulk["mk-be-11"].jobs == (f"{NS}/job-a",) and not bulk["mk-be-11"].ours
+    delete(api, f"/api/v1/namespaces/{NS}/pods/job-a")
+    for n in nodes:
+        delete(api, f"/api/v1/nodes/{n}")

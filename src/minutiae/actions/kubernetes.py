@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time as _time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -102,6 +103,25 @@ def _movable(pod: dict[str, Any]) -> bool:
     return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
 
 
+def _node_state(node: str, obj: dict[str, Any], movable_pods: list[dict[str, Any]]) -> NodeState:
+    """A Node object (and its movable pods) as ``NodeState``: cordoned or carrying our taint →
+    DRAINING while pods remain, else DRAINED; Ready condition not True → DOWN."""
+    ours = _is_ours(obj)
+    cordoned = bool(obj.get("spec", {}).get("unschedulable"))
+    out = cordoned or (ours and _has_our_taint(obj))
+    pods = tuple(f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}" for p in movable_pods)
+    ready = [c for c in obj.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]
+    if out:
+        st = NodeSchedState.DRAINING if pods else NodeSchedState.DRAINED
+    elif ready and ready[0].get("status") != "True":
+        st = NodeSchedState.DOWN
+    else:
+        st = NodeSchedState.AVAILABLE
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    reason = annotations.get(REASON_KEY) if ours else None
+    return NodeState(node, st, reason=reason, ours=ours and out, jobs=pods)
+
+
 @dataclass
 class KubernetesBackend:
     """Drain/resume/annotate/state through the Kubernetes API (see the module docstring).
@@ -160,21 +180,25 @@ class KubernetesBackend:
 
     def state(self, node: str) -> NodeState:
         obj = self._node(node)
-        ours = _is_ours(obj)
-        cordoned = bool(obj.get("spec", {}).get("unschedulable"))
-        out = cordoned or (ours and _has_our_taint(obj))
-        pods = tuple(f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}"
-                     for p in self.pods_on(node) if _movable(p))
-        ready = [c for c in obj.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]
-        if out:
-            st = NodeSchedState.DRAINING if pods else NodeSchedState.DRAINED
-        elif ready and ready[0].get("status") != "True":
-            st = NodeSchedState.DOWN
-        else:
-            st = NodeSchedState.AVAILABLE
-        annotations = obj.get("metadata", {}).get("annotations") or {}
-        reason = annotations.get(REASON_KEY) if ours else None
-        return NodeState(node, st, reason=reason, ours=ours and out, jobs=pods)
+        return _node_state(node, obj, [p for p in self.pods_on(node) if _movable(p)])
+
+    def states(self, nodes: Sequence[str]) -> dict[str, NodeState]:
+        """Bulk ``state`` (the controller uses it when present): one node list and one pod
+        list for the whole fleet. Nodes the API server does not know are left out."""
+        wanted = {validate_node(n) for n in nodes}
+        items = self.api.get("/api/v1/nodes").get("items") or []
+        pods = self.api.get("/api/v1/pods", params={
+            "fieldSelector": "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"})
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for p in pods.get("items") or []:
+            if _movable(p):
+                by_node.setdefault(str(p.get("spec", {}).get("nodeName")), []).append(p)
+        out: dict[str, NodeState] = {}
+        for obj in items:
+            name = str(obj.get("metadata", {}).get("name"))
+            if name in wanted:
+                out[name] = _node_state(name, obj, by_node.get(name, []))
+        return out
 
     # -- writing ---------------------------------------------------------------------------
     def _merge(self, node: str, build: Any) -> bool:
