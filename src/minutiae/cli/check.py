@@ -89,7 +89,8 @@ def _render(report: object, step: object) -> None:
         counts: dict[str, int] = {}
         for f in r.findings:
             line = f"{f.severity.label}: {f.message}" + (f" → {f.action.label}" if f.action.label != "none" else "")
-            counts[line] = counts.get(line, 0) + 1
+            n = f.attrs.get("count", 1)
+            counts[line] = counts.get(line, 0) + (n if isinstance(n, int) else 1)
         lines = [line + (f" (×{n})" if n > 1 else "") for line, n in counts.items()]
         text = "\n".join(lines[:12])
         if len(lines) > 12:
