@@ -149,9 +149,10 @@ def fingerprint_files(items: Iterable[tuple[str, Path]], read: Callable[[Path], 
     module does no I/O of its own). ``workers`` > 1 forks that many processes, each with its own
     digest memo. Returns the fingerprints, the unreadable (path, reason) pairs, and how many
     captures were actually parsed (memo misses)."""
-    global _WORKER_READ
+    global _WORKER_READ, _WORKER_CACHE
     todo = list(items)
     _WORKER_READ = read
+    _WORKER_CACHE = FingerprintCache()  # fresh per call; forked workers start from it
     if workers <= 1 or len(todo) < 2 * chunk:
         results = [_work(todo)]
     else:
