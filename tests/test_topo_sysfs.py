@@ -90,3 +90,23 @@ def test_this_machines_sys() -> None:
     # whatever the hardware, every GPU found is an NVIDIA display-class function
     for g in t.gpus:
         assert Path(f"/sys/bus/pci/devices/{g.pci}/vendor").read_text().strip() == "0x10de"
+
+
+def test_cli_sysfs_root_json_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from minutiae.cli.main import main
+
+    spec = dgx_like_spec()
+    spec.devices[1].ib_rate = "200 Gb/sec (4X HDR)"        # mlx5_0 trained at HDR
+    spec.devices[2].link = ("32.0 GT/s PCIe", "8", "32.0 GT/s PCIe", "16")  # GPU1 at x8
+    root = build_sysfs(tmp_path / "sys", spec)
+    assert main(["topo", "--sysfs-root", str(root), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpus"][1]["nearest_nics"] == ["mlx5_1"] and out["gpus"][1]["pcie_width"] == 8
+    prof = tmp_path / "p.toml"
+    prof.write_text("[nics]\nrate_gbps = 400\ncount = 8\n[gpus]\ncount = 8\n")
+    rc = main(["topo", "--sysfs-root", str(root), "--check", "--expect", str(prof), "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 2 and res["status"] == "critical"
+    assert sorted(f["kind"] for f in res["findings"]) == ["ib_rate_degraded", "pcie_link_degraded"]
