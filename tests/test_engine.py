@@ -283,3 +283,21 @@ def test_shipped_log_count_rules_on_a_real_xid13_burst(realdata):
     assert eng.evaluate().findings != ()
     clock.advance(3600)
     assert eng.evaluate().findings == ()
+
+
+def test_uptime_only_findings_are_placed_at_boot_plus_uptime():
+    """kmsg/dmesg lines carry uptime only: with the boot time known they count at their own
+    time, so a one-shot check does not see a week of old events as 'now'."""
+    r = rule("xid13-repeats")
+    boot = 1_000_000.0
+    clock = FakeClock(boot + 7 * 86400)
+    eng = Engine([r], clock=clock, boot_time=boot)
+    old = [Finding(kind="xid", severity=Severity.WARNING, action=Action.RESTART_APP, message="x",
+                   code=13, pci="0000:44:00.0", attrs={"uptime_s": 100.0 + i}) for i in range(6)]
+    eng.record(old)
+    assert eng.evaluate().findings == ()  # six days ago: outside the 1 h window
+    recent = [Finding(kind="xid", severity=Severity.WARNING, action=Action.RESTART_APP, message="x",
+                      code=13, pci="0000:44:00.0", attrs={"uptime_s": 7 * 86400 - 60.0 + i})
+              for i in range(5)]
+    eng.record(recent)
+    assert [f.attrs["value"] for f in eng.evaluate().findings] == [5]

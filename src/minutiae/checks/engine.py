@@ -125,8 +125,10 @@ class Engine:
                     continue
                 if not fnmatchcase(f.rule or "", r.match_rule):
                     continue
-                t = _finding_time(f, now)
                 up = f.attrs.get("uptime_s")
+                t = _finding_time(f, now)
+                if f.time is None and isinstance(up, int | float) and self.state.boot_time is not None:
+                    t = self.state.boot_time + float(up)  # dmesg/kmsg: uptime since this boot
                 if self._in_grace(r, t, up if isinstance(up, int | float) else None):
                     continue
                 if r.group_by == "pci":
