@@ -4,7 +4,11 @@ that names it."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minutiae.checks.catalog import (
     build_log_rules,
@@ -109,3 +113,20 @@ def test_unreadable_rule_file(tmp_path):
     bad.write_bytes(b"\xff\xfe[[rule")
     with pytest.raises(ConfigError, match="bad.toml"):
         load_log_rules(bad)
+
+
+
+
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+    max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(
+    ["id", "kind", "keywords", "pattern", "severity", "action", "message", "catalog", "attrs",
+     "join_back", "join_start", "examples", "counter_examples"]), VALUES, max_size=12))
+def test_property_any_log_rule_table_is_rule_or_config_error(table):
+    with contextlib.suppress(ConfigError):
+        build_log_rules({"require_all_kinds": False, "rule": [table]}, "fuzz.toml")

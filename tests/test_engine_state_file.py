@@ -3,14 +3,18 @@ fresh state with a warning naming the path, never a crash."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minutiae.checks.engine import Engine
-from minutiae.checks.engine_rules import load_engine_rules_text
+from minutiae.checks.engine_rules import build_engine_rules, load_engine_rules_text
 from minutiae.checks.engine_state import EngineState
-from minutiae.errors import InputError
+from minutiae.errors import ConfigError, DataError, InputError
 from minutiae.model import Observation
 from minutiae.sources import state_file
 from minutiae.sources.state_file import load_engine_state, save_engine_state
@@ -81,3 +85,31 @@ def test_unwritable_directory_names_the_path(tmp_path):
     assert "engine.json" in str(exc.value)
     d.chmod(0o700)
     assert list(d.iterdir()) == []
+
+
+
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(JSON)
+def test_property_any_json_state_is_state_or_data_error(doc):
+    for text in (json.dumps(doc), json.dumps({"version": 1, "rules": doc}),
+                 json.dumps({"version": 1, "rules": {"r": doc}}),
+                 json.dumps({"version": 1, "rules": {"r": {"k": doc}}})):
+        with contextlib.suppress(DataError):
+            EngineState.from_json(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(
+    ["id", "kind", "on", "type", "op", "threshold", "severity", "action", "window_s", "per_s",
+     "match_code", "flap_transitions", "examples", "message", "metric", "group_by"]), JSON, max_size=10))
+def test_property_any_rule_table_is_rule_or_config_error(table):
+    with contextlib.suppress(ConfigError):
+        build_engine_rules({"rule": [table]}, "fuzz.toml")
