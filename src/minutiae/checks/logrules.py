@@ -118,6 +118,7 @@ class LogFindingMapper:
                 attrs["follows"] = code
                 return severity, action, template + f": follows Xid {code}"
             attrs["solo"] = True
+            template += " (solo: NVIDIA's WORKFLOW_XID_45 says restart Fabric Manager)"
         if entry.app_caused and action.drains:
             action = Action.RESTART_APP
         if entry.app_caused:
