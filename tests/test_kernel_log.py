@@ -365,3 +365,13 @@ def test_yearless_syslog_crosses_new_year():
     a, b = parse_text(text, year=2024)
     assert a.time == datetime(2024, 12, 31, 23, 59, 58, tzinfo=UTC)
     assert b.time == datetime(2025, 1, 1, 0, 0, 3, tzinfo=UTC)
+
+
+def test_pathological_megabyte_line_is_linear():
+    import time
+
+    line = ("nvlink error XFS ( EDAC Xid " * 40_000)[: 1 << 20]
+    t = time.process_time()
+    evs = parse_text(line + "\n" + "[ 1.0] NVRM: Xid (PCI:0000:44:00): 48, DBE\n")
+    assert time.process_time() - t < 5.0
+    assert [(e.line_no, e.code) for e in evs if e.kind == "xid"] == [(2, 48)]

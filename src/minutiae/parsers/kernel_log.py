@@ -34,6 +34,8 @@ except ImportError:  # pragma: no cover - exercised only without the wheel
 BROADCAST = "Message from syslogd@"
 _YEARLESS = frozenset({"syslog", "broadcast"})
 BLOCK_LINES = 8192
+#: characters of a message the rule regexes look at (printk records are < 1 KiB)
+MAX_MESSAGE = 4096
 _PCI_ANY = re.compile(
     r"(?<![0-9A-Fa-f:])(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
     r"(?![0-9A-Fa-f])")
@@ -197,7 +199,7 @@ class KernelLogParser:
             pre = self._roll_year(pre, st)
         attrs: dict[str, Scalar] = {}
         used = False
-        message = pre.message
+        message = pre.message[:MAX_MESSAGE]  # the kernel caps a record at ~1 KiB: bound regex work
         if pre.tag is not None and pre.tag != "kernel":
             message = f"{pre.tag}: {message}"  # a daemon's line (nv-fabricmanager, ...)
         if pre.style == "broadcast":
