@@ -168,7 +168,8 @@ class StragglerAnalysis:
         self.steps_seen.append(m.steps)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            self.total_medians.extend(np.nanmedian(m.total, axis=1).tolist())
+            stride = max(1, m.total.shape[1] // 4096)  # the typical step: a sample is enough
+            self.total_medians.extend(np.nanmedian(m.total[:, ::stride], axis=1).tolist())
         for w in m.warnings:
             if w not in self.warnings and len(self.warnings) < MAX_WARNINGS:
                 self.warnings.append(w)
