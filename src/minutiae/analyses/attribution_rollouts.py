@@ -34,7 +34,7 @@ MIN_EFFECT = 0.005
 @dataclass(frozen=True, slots=True)
 class RolloutVerdict:
     """``effect``: step-time change of exposed runs (fraction, + = slower) net of the other
-    rollouts; ``exposure``: ``any`` or ``all`` (which fitted better); ``by_signature``: a *hint*,
+    rollouts; ``exposure``: ``any`` or ``all`` (see ``_prefer_all``); ``by_signature``: a *hint*,
     signatures whose runs with the rollout differ significantly from their runs without it
     (Bonferroni over rollouts × signatures; a change that only hurts one model shows here while
     the fleet-wide effect is diluted) — within one signature this is confounded with the
@@ -118,11 +118,9 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
     chosen: list[np.ndarray] = []
     effects: list[Effect | None] = []
     for i in range(len(ros)):
-        ea, el = fit_any[i], fit_all[i]
-        use_all = el is not None and (ea is None or abs(math.log1p(el.change)) / el.se
-                                      > abs(math.log1p(ea.change)) / ea.se)
+        use_all = _prefer_all(fit_any[i], fit_all[i])
         chosen.append(alls[i] if use_all else anys[i])
-        effects.append(el if use_all else ea)
+        effects.append(fit_all[i] if use_all else fit_any[i])
     xmat = np.column_stack(chosen)
     sig_names = sorted({r.signature for r in panel.runs})
     out = []
@@ -137,6 +135,20 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
                                   "all" if use_all else "any", eff, main, cost,
                                   int((x > 0).sum()), tuple(by_sig)))
     return sorted(out, key=lambda v: (not v.cause, -(abs(v.effect.change) if v.effect else 0.0)))
+
+
+def _prefer_all(ea: Effect | None, el: Effect | None) -> bool:
+    """Which exposure explains the runs: a slowdown reaches a synchronous job through *any* node,
+    a speed-up needs *all* of them. Prefer the fit whose sign matches its mechanism; if both or
+    neither do, the one with the larger |t|."""
+    if el is None:
+        return False
+    if ea is None:
+        return True
+    ok_any, ok_all = ea.change > 0, el.change < 0
+    if ok_any != ok_all:
+        return ok_all
+    return abs(math.log1p(el.change)) / el.se > abs(math.log1p(ea.change)) / ea.se
 
 
 def _cost(hours: np.ndarray, x: np.ndarray, mask: np.ndarray, change: float, weeks: float) -> float | None:
