@@ -72,7 +72,7 @@ def parse_query_range(status: int, body: str, where: str, step: float = 0.0) -> 
         for v in values:
             try:
                 t, x = float(v[0]), float(v[1])
-            except (TypeError, ValueError, IndexError):
+            except (TypeError, ValueError, LookupError):
                 continue
             if math.isfinite(x) and x > 0:
                 pts.append((t, x))
