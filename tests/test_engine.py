@@ -301,3 +301,17 @@ def test_uptime_only_findings_are_placed_at_boot_plus_uptime():
               for i in range(5)]
     eng.record(recent)
     assert [f.attrs["value"] for f in eng.evaluate().findings] == [5]
+
+
+def test_glob_metric_keeps_one_series_per_metric():
+    (r,) = load_engine_rules_text(
+        '[[rule]]\nid = "any-errors"\nkind = "ib_rcv_errors"\nmetric = "*_errors"\ntype = "delta"\n'
+        'window_s = 3600\nthreshold = 5\nseverity = "warning"\n'
+        '[[rule.examples]]\nsamples = [[0, 0], [60, 10]]\nalarm = true\n', "t.toml")
+    clock = FakeClock(0.0)
+    eng = Engine([r], clock=clock)
+    for t, a, b in [(0, 100, 0), (60, 101, 1)]:  # interleaved counters must not look like jumps
+        clock._now = float(t)
+        eng.observe([obs(a, float(t), metric="port_rcv_errors"), obs(b, float(t), metric="symbol_errors")])
+    assert eng.evaluate().findings == ()
+    assert set(eng.state.rules["any-errors"]) == {"ib:mlx5_0/1|port_rcv_errors", "ib:mlx5_0/1|symbol_errors"}

@@ -28,6 +28,7 @@ from minutiae.clock import Clock
 from minutiae.model.findings import Condition, Finding, Observation, Scalar
 
 _PCI_IN = re.compile(r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
+_GLOB = re.compile(r"[*?\[]")
 #: a boot time that moved by more than this means the node rebooted
 REBOOT_TOLERANCE_S = 120.0
 
@@ -107,7 +108,9 @@ class Engine:
                 t = o.time if o.time is not None else now
                 if self._in_grace(r, t):
                     continue
-                ks = self.state.key(r.id, o.component)
+                # a rule over several metrics (a glob) keeps one series per metric
+                key = o.component if not _GLOB.search(r.metric) else f"{o.component}|{o.metric}"
+                ks = self.state.key(r.id, key)
                 ks.samples.append((t, o.value))
                 ks.samples.sort(key=lambda s: s[0])
                 m = _PCI_IN.search(o.component)
@@ -283,7 +286,7 @@ def run_example(rule: EngineRule, example: Example, start: float = 1_700_000_000
                                 rule=rule.match_rule if "*" not in rule.match_rule else None)])
         eng.evaluate()
     keys = eng.state.rules.get(rule.id, {})
-    ks = keys.get(comp) if rule.on == "observation" else next(iter(keys.values()), None)
+    ks = next(iter(keys.values()), None)  # one component per example
     if ks is None:
         return False, False
     return ks.active, eng.flapping(rule, ks)
