@@ -67,7 +67,9 @@ def parse_query_range(status: int, body: str, where: str, step: float = 0.0) -> 
         if not isinstance(series, dict):
             continue
         labels = series.get("metric") or {}
-        values = series.get("values") or []
+        values = series.get("values")
+        if not isinstance(values, list):
+            continue
         pts = []
         for v in values:
             try:
