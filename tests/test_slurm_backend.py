@@ -199,3 +199,66 @@ def test_app_caused_xid_does_not_drain() -> None:
     xid13 = Finding("xid", Severity.WARNING, Action.RESTART_APP, "Xid 13 (GRAPHICS_SM_EXCEPTION)", code=13)
     assert slurm_step(_report(Status.WARNING, xid13), _backend(fake)).outcome is SlurmOutcome.NOTHING
     assert fake.updates() == []
+
+
+# -- acknowledgement: an admin's resume of our drain for kernel-log faults -----------------------
+
+def _ack_setup(realdata, tmp_path):  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    from minutiae.checks.node import CheckConfig
+
+    log = Path(tmp_path) / "kern.log"
+    log.write_bytes(realdata.joinpath(
+        "kernel_logs", "gpud", "components_accelerator_nvidia_xid__dmesg-with-xid-119.log").read_bytes())
+    cfg = CheckConfig(sysfs_root=Path(tmp_path), kmsg=log, node="gpu001", checks=("kernel_log",),
+                      state_file=Path(tmp_path) / "state.json")
+    return log, cfg
+
+
+def test_admin_resume_acknowledges_log_faults_until_they_recur(realdata, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from minutiae.checks.node_slurm import check_with_slurm
+    from minutiae.testing import FakeClock
+
+    log, cfg = _ack_setup(realdata, tmp_path)
+    fake = FakeSlurm()
+    fake.add("gpu001")
+    b, clock = _backend(fake), FakeClock()
+    _, step = check_with_slurm(cfg, clock, b)
+    assert step.outcome is SlurmOutcome.DRAINED and fake.nodes["gpu001"].drain
+    # the admin resets the GPU and resumes the node by hand
+    fake.nodes["gpu001"].drain, fake.nodes["gpu001"].reason = False, None
+    report, step = check_with_slurm(cfg, clock, b)
+    assert report.status is Status.CRITICAL  # the log still says what happened
+    assert step.outcome is SlurmOutcome.NOTHING and len(step.acknowledged) == 2
+    assert not fake.nodes["gpu001"].drain
+    _, step = check_with_slurm(cfg, clock, b)  # and stays acknowledged
+    assert step.outcome is SlurmOutcome.NOTHING and not fake.nodes["gpu001"].drain
+    # the fault happens again: drained again
+    with log.open("ab") as fh:
+        fh.write(b"[Wed Oct  2 12:00:00 2024] NVRM: Xid (PCI:0000:9b:00): 119, pid=1, name=python, "
+                 b"Timeout after 6s of waiting for RPC response from GPU1 GSP!\n")
+    _, step = check_with_slurm(cfg, clock, b)
+    assert step.outcome is SlurmOutcome.DRAINED and fake.nodes["gpu001"].drain
+
+
+def test_counter_conditions_are_not_acknowledged_by_a_resume(realdata, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    from minutiae.checks.node import CheckConfig
+    from minutiae.checks.node_slurm import check_with_slurm
+    from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
+    from minutiae.testing import FakeClock
+    from minutiae.testing.fake_nvml import FakeNvml
+
+    path = realdata / "nvidia_smi" / "gpud" / "nvidia-smi-query.535.161.08.out.0.valid"
+    fake_gpu = FakeNvml.from_snapshot(parse_nvidia_smi_text(path.read_text()))
+    fake_gpu.gpus[0].values["remap_pending"] = True
+    cfg = CheckConfig(sysfs_root=Path(tmp_path), kmsg=None, node="gpu001", checks=("gpu",), nvml=fake_gpu,
+                      state_file=Path(tmp_path) / "state.json")
+    fake = FakeSlurm()
+    fake.add("gpu001")
+    b, clock = _backend(fake), FakeClock()
+    assert check_with_slurm(cfg, clock, b)[1].outcome is SlurmOutcome.DRAINED
+    fake.nodes["gpu001"].drain, fake.nodes["gpu001"].reason = False, None
+    assert check_with_slurm(cfg, clock, b)[1].outcome is SlurmOutcome.DRAINED  # still pending

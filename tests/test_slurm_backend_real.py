@@ -130,7 +130,25 @@ def test_unreachable_from_the_cli_is_a_clear_error(tmp_path: Path, slurm_conf: s
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "slurm.conf"
     bad.write_text(Path(slurm_conf).read_text().replace("SlurmctldPort=6817", "SlurmctldPort=6999"))
-    rc = main(["check", "--slurm", "--slurm-conf", str(bad), "--node", "gpu005", "--sysfs-root", captures["sysfs"],
+    rc = main(["check", "--slurm", "--slurm-conf", str(bad), "--slurm-timeout", "3", "--node", "gpu005",
+               "--sysfs-root", captures["sysfs"],
                "--nvidia-smi-xml", captures["smi"]])
     err = capsys.readouterr().err
     assert rc == 3 and "minutiae: error: slurm:" in err and "Traceback" not in err
+
+
+def test_admin_resume_acknowledges_the_kernel_log_fault(conf: str, captures: dict[str, str], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "kern.log"
+    log.write_bytes(Path(captures["xid"]).read_bytes())
+    argv = ["check", "--json", "--slurm", "--slurm-conf", conf, "--node", "gpu006", "--sysfs-root",
+            captures["sysfs"], "--nvidia-smi-xml", captures["smi"], "--state-file", captures["state"],
+            "--kmsg", str(log)]
+    main(argv)
+    assert json.loads(capsys.readouterr().out)["slurm"]["outcome"] == "drained"
+    _scontrol(conf, "update", "NodeName=gpu006", "State=RESUME")  # the admin, after a GPU reset
+    main(argv)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["slurm"]["outcome"] == "nothing" and len(doc["slurm"]["acknowledged"]) == 2
+    n = parse_show_node(_scontrol(conf, "show", "node", "-o", "gpu006"))
+    assert "DRAIN" not in n.flags

@@ -5,7 +5,10 @@
   ``minutiae.sources.kmsg``), so a cycle only parses the lines that are new;
 - ``log_findings``: the kernel-log findings since boot, one per distinct (kind, code, PCI,
   message) with ``attrs["count"]``: a fault seen in an earlier cycle keeps the node's status
-  until the log is reset (reboot, rotation), not just for the cycle that read its line.
+  until the log is reset (reboot, rotation), not just for the cycle that read its line;
+- ``drained_for`` / ``acknowledged``: the kernel-log findings ``--slurm`` drained the node for,
+  and those an admin acknowledged by resuming that drain (key → count at that moment): an
+  acknowledged fault drains again only if it happens again (its count grows).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ class CheckMemory:
     log_cursor: dict[str, Any] | None = None
     log_findings: list[Finding] = field(default_factory=list)
     log_events: int = 0
+    drained_for: list[str] = field(default_factory=list)
+    acknowledged: dict[str, int] = field(default_factory=dict)
 
     def add_log_findings(self, findings: Iterable[Finding]) -> None:
         """Merge new findings: the same (kind, code, pci, message) bumps ``count``, keeps the
@@ -49,6 +54,22 @@ class CheckMemory:
     def reset_log(self) -> None:
         self.log_findings = []
         self.log_events = 0
+        self.drained_for = []
+        self.acknowledged = {}
+
+    def is_acknowledged(self, f: Finding) -> bool:
+        """True for a kernel-log finding an admin acknowledged and that has not happened since."""
+        k = finding_key(f)
+        return k in self.acknowledged and _count(f) <= self.acknowledged[k]
+
+    def acknowledge_drain(self) -> list[str]:
+        """Our drain was resumed by someone else: acknowledge what it was for."""
+        counts = {finding_key(f): _count(f) for f in self.log_findings}
+        done = [k for k in self.drained_for if k in counts]
+        for k in done:
+            self.acknowledged[k] = counts[k]
+        self.drained_for = []
+        return done
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +78,8 @@ class CheckMemory:
                 "cursor": self.log_cursor,
                 "events": self.log_events,
                 "findings": [finding_to_json(f) for f in self.log_findings],
+                "drained_for": list(self.drained_for),
+                "acknowledged": dict(self.acknowledged),
             },
         }
 
@@ -74,11 +97,23 @@ class CheckMemory:
         mem.log_cursor = dict(cursor) if isinstance(cursor, dict) else None
         mem.log_events = int(kl.get("events", 0))
         mem.log_findings = [finding_from_json(d) for d in kl.get("findings", [])]
+        mem.drained_for = [str(k) for k in kl.get("drained_for", [])]
+        mem.acknowledged = {str(k): int(v) for k, v in dict(kl.get("acknowledged", {})).items()}
         return mem
 
 
 def _key(f: Finding) -> tuple[str, int | None, str | None, str]:
     return (f.kind, f.code, f.pci, f.message)
+
+
+def finding_key(f: Finding) -> str:
+    """A stable text key of a kernel-log finding (kind, code, PCI address, message)."""
+    return f"{f.kind}|{f.code if f.code is not None else ''}|{f.pci or ''}|{f.message}"
+
+
+def _count(f: Finding) -> int:
+    n = f.attrs.get("count", 1)
+    return n if isinstance(n, int) else 1
 
 
 def _with_count(f: Finding, count: int) -> Finding:

@@ -31,11 +31,14 @@ _STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown":
 @click.option("--slurm", is_flag=True, help="Drain this node on a fault that needs reset_gpu or more; "
               "resume it when healthy if minutiae drained it (never an admin's drain).")
 @click.option("--slurm-conf", default=None, help="slurm.conf path (default $SLURM_CONF).")
+@click.option("--slurm-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
+              help="Seconds to wait for scontrol.")
 @click.option("--year", type=int, default=None, help="Year for kernel-log timestamps without one.")
 def command(
     as_json: bool, sysfs_root: Path | None, kmsg: Path | None, nvidia_smi_xml: Path | None,
     dcgm: str | None, expected_gpus: int | None, expected_driver: str | None, no_nvml: bool,
-    state_file: Path | None, node: str | None, slurm: bool, slurm_conf: str | None, year: int | None,
+    state_file: Path | None, node: str | None, slurm: bool, slurm_conf: str | None, slurm_timeout: float,
+    year: int | None,
 ) -> int:
     """Check this node (or captured data) once: GPUs, InfiniBand, PCIe, kernel log.
 
@@ -52,13 +55,14 @@ def command(
         dcgm=dcgm, expected_gpus=expected_gpus, expected_driver=expected_driver,
         state_file=state_file, node=name, use_nvml=not no_nvml, year=year,
     )
-    report = run_check(cfg, SystemClock())
     step = None
     if slurm:
         from minutiae.actions.slurm import SlurmBackend
-        from minutiae.checks.node_slurm import slurm_step
+        from minutiae.checks.node_slurm import check_with_slurm
 
-        step = slurm_step(report, SlurmBackend(slurm_conf), name)
+        report, step = check_with_slurm(cfg, SystemClock(), SlurmBackend(slurm_conf, timeout_s=slurm_timeout))
+    else:
+        report = run_check(cfg, SystemClock())
     if as_json:
         doc = report.to_json()
         if step is not None:
