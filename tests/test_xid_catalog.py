@@ -165,3 +165,14 @@ def test_bad_catalog_raises_config_error(doc, needle):
     with pytest.raises(ConfigError) as exc:
         build_code_catalog(parse_toml(doc, "xid.toml"), "xid")
     assert needle in str(exc.value)
+
+
+@pytest.mark.parametrize("line, action", [
+    # forms seen in real logs (driver 570+): "(OS Reboot)", "(PF FLR)"
+    ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)", Action.REBOOT),
+    ("NVRM: Xid (PCI:0000:0d:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)", Action.RESET_GPU),
+    ("NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", Action.RESET_GPU),
+])
+def test_xid154_real_forms(line, action):
+    (f,) = findings(line + "\n")
+    assert f.action is action
