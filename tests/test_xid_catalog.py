@@ -176,3 +176,14 @@ def test_bad_catalog_raises_config_error(doc, needle):
 def test_xid154_real_forms(line, action):
     (f,) = findings(line + "\n")
     assert f.action is action
+
+
+def test_xid45_names_its_cause_in_newer_drivers():
+    # real lines (NVIDIA/open-gpu-kernel-modules#1150): the cause is on another GPU's stream
+    f = findings(
+        "kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149\n"
+        "kernel: NVRM: Xid (PCI:0000:ed:00): 45, pid=1818992, name=python3, Ch 0000000c caused by previous Xid 145\n"
+        "kernel: NVRM: Xid (PCI:0000:97:00): 45, pid=1818987, name=python3, Ch 00000004\n")
+    assert [(x.attrs.get("follows"), x.action) for x in f] == [
+        (149, Action.RESET_GPU), (145, Action.RESET_GPU), (None, Action.RESTART_APP)]
+    assert f[0].message.endswith("follows Xid 149") and f[2].attrs["solo"] is True

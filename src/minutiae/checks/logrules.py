@@ -7,7 +7,8 @@ XID specifics (NVIDIA's catalog, see docs/rules.md):
   conservative ``[unknown]`` severity/action, never an error;
 - ``overrides`` refine by message text (Xid 154 names the recovery action it wants; NVLink5
   Xids 144-150 say fatal / non-fatal);
-- Xid 45 ("preemptive cleanup, due to previous errors") follows the previous Xid on the same GPU
+- Xid 45 ("preemptive cleanup, due to previous errors") follows Xid N: the one its message
+  names ("... caused by previous Xid 149", newer drivers), else the previous Xid on the same GPU
   (within :data:`FOLLOW_WINDOW_S` when both have times): same severity and action, message
   "follows Xid N"; solo it is an application-level event;
 - application-caused codes (13, 31, 43, 45, 137) never need more than ``restart_app`` on their
@@ -16,6 +17,7 @@ XID specifics (NVIDIA's catalog, see docs/rules.md):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +32,7 @@ from minutiae.model.findings import Finding, LogEvent, Scalar
 from minutiae.model.vocab import Action, Severity, Status
 
 FOLLOW_WINDOW_S = 300.0
+_CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
 _COMPONENT_PREFIX = {
     "xid": "gpu", "gpu_off_bus": "gpu", "gsp_timeout": "gpu", "gpu_reset_required": "gpu",
     "gpu_init_failed": "gpu", "nvlink_error": "gpu", "sxid": "nvswitch",
@@ -112,7 +115,14 @@ class LogFindingMapper:
                 break
         if entry.follows_previous:
             prev = self._last_xid.get(ev.pci)
-            if prev is not None and (t is None or prev[3] is None
+            named = _CAUSED_BY.search(ev.message)
+            if named is not None:  # newer drivers say which: "... caused by previous Xid 149"
+                code = int(named.group(1))
+                if prev is None or prev[0] != code:
+                    cause = cat.get(code)
+                    prev = (code, cause.severity, cause.action, t) if cause else (
+                        code, cat.unknown_severity, cat.unknown_action, t)
+            if prev is not None and (named is not None or t is None or prev[3] is None
                                      or abs(t - prev[3]) <= FOLLOW_WINDOW_S):
                 code, severity, action, _ = prev
                 attrs["follows"] = code
