@@ -31,6 +31,7 @@ from minutiae.analyses.stragglers_calib import (
 )
 from minutiae.analyses.stragglers_detect import SeriesDetector, peer_log_ratio
 from minutiae.analyses.stragglers_locate import RankMeta, locate
+from minutiae.analyses.stragglers_nodes import NodeLayout
 from minutiae.analyses.stragglers_prep import TimingMatrix
 from minutiae.analyses.stragglers_types import Basis, StoppedRank, StragglerReport
 from minutiae.errors import DataError
@@ -110,13 +111,21 @@ class StragglerAnalysis:
         if not np.isfinite(step_s) or step_s <= 0:
             raise DataError("no positive step durations in the first steps", where or None)
         self.has_comm = warm.comm is not None
-        self.design = design(options.false_alarms, step_s, rpn, 2 if self.has_comm else 1)
+        self.layout = NodeLayout.of(warm.node)
+        bases = 1 + int(self.has_comm) + int(self.layout is not None)
+        self.design = design(options.false_alarms, step_s, rpn, bases)
         if spike_false_alarm_rate(spikes) > self.design.detectors[0].alpha:
             self.warnings.append(
                 f"one-step spikes (GC, loader) on {spikes:.2%} of rank-steps: above the "
                 f"false-alarm budget's assumption; expect more than "
                 f"{options.false_alarms} false alarms per 1,000 node-days")
         self.compute = SeriesDetector(self.groups, sig, self.design)
+        self.nodes: SeriesDetector | None = None
+        if self.layout is not None:
+            r_warm, _ = peer_log_ratio(warm.compute, self.groups, self.members)
+            node_sigma = max(robust_sigma(self.layout.medians(r_warm)), NOISE_FLOOR / 2)
+            self.nodes = SeriesDetector(np.zeros(len(self.layout.names), dtype=np.int64),
+                                        np.array([node_sigma]), self.design)
         self.comm: SeriesDetector | None = None
         if warm.comm is not None:
             own = self._own_comm(warm)
@@ -162,7 +171,11 @@ class StragglerAnalysis:
         """Test the steps of ``m``; returns how many ranks alarmed for the first time."""
         if m.ranks.size != self.meta.ranks.size or not np.array_equal(m.ranks, self.meta.ranks):
             raise DataError("rank set changed after calibration", self.where or None)
-        fresh = self.compute.update(m.compute, m.steps).size
+        r = self.compute.ratios(m.compute)
+        fresh = 0
+        if self.nodes is not None and self.layout is not None:
+            fresh += self.nodes.update_ratio(self.layout.medians(r), m.steps).size
+        fresh += self.compute.update_ratio(r, m.steps).size
         if self.comm is not None and m.comm is not None:
             fresh += self.comm.update(self._own_comm(m), m.steps).size
         self.steps_seen.append(m.steps)
@@ -182,9 +195,12 @@ class StragglerAnalysis:
         comm_share = (min(self.comm.typical_seconds() / total, 1.0)
                       if self.comm is not None and total > 0 else 0.0)
         n = self.meta.ranks.size
+        nodes = None
+        if self.nodes is not None and self.layout is not None:
+            nodes = (self.layout.names, self.layout.members, self.nodes.alarms())
         suspects = locate(self.meta, self.compute.alarms(),
                           self.comm.alarms() if self.comm is not None else None, self.basis,
-                          (comp_share, comm_share), n)
+                          (comp_share, comm_share), n, nodes)
         stopped = []
         if steps.size:
             last = self.compute.last_step

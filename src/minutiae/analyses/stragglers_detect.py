@@ -162,9 +162,17 @@ class SeriesDetector:
 
     def update(self, x: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """Process ``x`` (len(steps), ranks) seconds; returns the ranks newly alarmed."""
+        return self.update_ratio(self.ratios(x), steps)
+
+    def ratios(self, x: np.ndarray) -> np.ndarray:
+        """The peer log-ratios of ``x`` (and the typical value of the series, kept for costs)."""
         r, med = peer_log_ratio(x, self.groups, self.members)
         typical = np.exp(np.median(med, axis=1))
         self.medians.extend(typical[np.isfinite(typical)].tolist())
+        return r
+
+    def update_ratio(self, r: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Test log-ratios ``r`` (modified in place); returns the columns newly alarmed."""
         ok = np.isfinite(r)
         missing = ~ok
         np.copyto(r, np.float32(0.0), where=missing)
@@ -177,14 +185,14 @@ class SeriesDetector:
             _running_sum(ok.astype(np.float32), cum[1])
         else:
             cum[1] = np.arange(1, r.shape[0] + 1, dtype=np.float32)[:, None]
-        n_steps = x.shape[0]
+        n_steps = r.shape[0]
         # excursions still open at the block start begin at its first step when S was 0
         for t in (*self.tests, self.estimator):
             fresh_start = t.s <= 0.0
             t.start[fresh_start] = steps[0]
             t.sums[:, fresh_start] = 0.0
-        first = np.full(x.shape[1], n_steps, dtype=np.int64)
-        which = np.full(x.shape[1], -1, dtype=np.int8)
+        first = np.full(r.shape[1], n_steps, dtype=np.int64)
+        which = np.full(r.shape[1], -1, dtype=np.int8)
         runs = []
         for d, t in enumerate(self.tests):
             stat = t.run(z, missing)

@@ -1,6 +1,7 @@
 """Localisation: from alarmed ranks to the GPU, node, link or leaf switch to blame.
 
 Rules (documented in docs/stragglers.md):
+- the node-level test (median of a node's ranks, ``stragglers_nodes``) alarms -> the node;
 - compute alarms on at least 75 % of a node's ranks (and at least two) -> the node;
   otherwise each alarmed rank -> its GPU;
 - communication-only alarms: when at least half of a node's ranks alarm the node counts as
@@ -12,7 +13,7 @@ Rules (documented in docs/stragglers.md):
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -91,13 +92,30 @@ def _gpu_label(meta: RankMeta, i: int, prefix: str) -> str:
     return f"{prefix}:{node}/{int(meta.gpu[i])}" if meta.gpu[i] >= 0 else f"{prefix}:{node}/rank{int(meta.ranks[i])}"
 
 
+NodeAlarms = tuple[list[str], list[np.ndarray], Alarms]
+
+
 def locate(meta: RankMeta, compute: Alarms, comm: Alarms | None, basis: Basis,
-           shares: tuple[float, float], job_gpus: int) -> list[Suspect]:
-    """Suspects, most expensive first. ``shares`` = (compute, comm) fraction of the step."""
+           shares: tuple[float, float], job_gpus: int,
+           nodes: NodeAlarms | None = None) -> list[Suspect]:
+    """Suspects, most expensive first. ``shares`` = (compute, comm) fraction of the step;
+    ``nodes`` = the node-level test's alarms (node names, their rank indices, alarms)."""
     out: list[Suspect] = []
     chits = _hits(compute)
     done: set[int] = set()
-    for node in {meta.node[i] for i in chits}:
+    if nodes is not None:
+        names, node_ranks, alarms = nodes
+        for n_i, h in _hits(alarms).items():
+            idx = node_ranks[n_i]
+            inside = [chits[i] for i in idx.tolist() if i in chits]
+            rep = max(inside, key=lambda x: x.slowdown).i if inside else int(idx[0])
+            nh = _Hit(rep, h.slowdown, h.lo, h.hi, min([h.since] + [x.since for x in inside]),
+                      min([h.detected] + [x.detected for x in inside]), h.detector, h.score)
+            sus = _suspect(meta, [nh], Scope.NODE, f"node:{names[n_i]}", basis, shares[0],
+                           job_gpus)
+            out.append(replace(sus, ranks=tuple(sorted(int(meta.ranks[i]) for i in idx))))
+            done.update(idx.tolist())
+    for node in {meta.node[i] for i in chits if i not in done}:
         members = meta.by_node[node]
         hit = [chits[i] for i in members if i in chits]
         if node is not None and len(hit) >= 2 and len(hit) >= NODE_SHARE * len(members):
