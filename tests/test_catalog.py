@@ -130,3 +130,15 @@ VALUES = st.recursive(
 def test_property_any_log_rule_table_is_rule_or_config_error(table):
     with contextlib.suppress(ConfigError):
         build_log_rules({"require_all_kinds": False, "rule": [table]}, "fuzz.toml")
+
+
+def test_one_aer_event_is_one_finding():
+    # a real corrected-error burst (header, detail line, register lines): counted once
+    evs = parse_text(
+        "Jan  1 23:30:53 begin kernel: [   46.675818] pcieport 0000:00:1d.0: AER: Corrected error received: 0000:02:00.0\n"
+        "Jan  1 23:30:53 begin kernel: [   46.675933] nvme 0000:02:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)\n"
+        "Jan  1 23:30:53 begin kernel: [   46.676048] nvme 0000:02:00.0:   device [15b7:5006] error status/mask=00000001/0000e000\n",
+        year=2021)
+    (ev,) = evs
+    assert (ev.pci, ev.attrs["severity"], ev.attrs["layer"], ev.line_no) == (
+        "0000:02:00.0", "corrected", "Physical Layer", 2)
