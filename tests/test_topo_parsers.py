@@ -319,3 +319,11 @@ def test_json_round_trip(realdata: Path) -> None:
         (g.index, g.numa, g.cpus, g.pci) for g in t.gpus]
     with pytest.raises(ParseError, match=r"gpus\[0\].numa"):
         topology_from_json({"gpus": [{"index": 0, "numa": "zero"}]}, "bad.json")
+
+
+def test_json_nvlink_types_are_checked() -> None:
+    good = {"gpus": [{"index": 0, "nvlinks": [{"peer": 1, "links": 18}]}]}
+    assert topology_from_json(good).gpus[0].nvlinks[0].links == 18
+    for bad in ({"peer": True, "links": 18}, {"peer": 1, "links": 18.0}, {"peer": "1"}, [1]):
+        with pytest.raises(ParseError, match="nvlinks"):
+            topology_from_json({"gpus": [{"index": 0, "nvlinks": [bad]}]}, "n.json")

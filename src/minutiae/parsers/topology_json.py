@@ -18,6 +18,42 @@ _NIC_FIELDS = ("pci", "rate_gbps", "state", "port", "link_layer", "firmware", "n
                "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width")
 
 
+def _nvlink_json(lk: NvLink) -> dict[str, Any]:
+    out: dict[str, Any] = {"peer": lk.peer, "links": lk.links}
+    if lk.bandwidth_mbs is not None:
+        out["bandwidth_mbs"] = lk.bandwidth_mbs
+    if lk.via_switch:
+        out["via_switch"] = True
+    return out
+
+
+#: validated NvLink records by their raw JSON values (a fleet repeats the same few thousand)
+_NVLINKS: dict[tuple[Any, ...], NvLink] = {}
+
+
+def _nvlink(lk: Any, w: str) -> NvLink:
+    if not isinstance(lk, dict):
+        raise ValueError(f"{w}.nvlinks: expected objects")
+    raw = (lk.get("peer"), lk.get("links"), lk.get("bandwidth_mbs"), lk.get("via_switch"))
+    key = (*raw, *map(type, raw))  # True and 1, 18 and 18.0 are equal keys otherwise
+    try:
+        hit = _NVLINKS.get(key)
+    except TypeError:  # an unhashable value: validation below names it
+        hit = None
+    if hit is not None:
+        return hit
+    peer = _opt_int(raw[0], f"{w}.nvlinks.peer")
+    if peer is None:
+        raise ValueError(f"{w}.nvlinks.peer missing")
+    link = NvLink(peer=peer, links=_opt_int(raw[1], f"{w}.nvlinks.links"),
+                  bandwidth_mbs=_opt(raw[2], (int, float), f"{w}.nvlinks.bandwidth_mbs"),
+                  via_switch=bool(_opt(raw[3], bool, f"{w}.nvlinks.via_switch")))
+    if len(_NVLINKS) > 65536:
+        _NVLINKS.clear()
+    _NVLINKS[key] = link
+    return link
+
+
 def topology_to_json(t: NodeTopology) -> dict[str, Any]:
     return {
         "source": t.source,
@@ -25,8 +61,7 @@ def topology_to_json(t: NodeTopology) -> dict[str, Any]:
         "gpus": [
             {"index": g.index, "numa": g.numa, "cpus": list(g.cpus),
              "nvlink_peers": list(g.nvlink_peers),
-             "nvlinks": [{"peer": lk.peer, "links": lk.links, "bandwidth_mbs": lk.bandwidth_mbs,
-                          "via_switch": lk.via_switch} for lk in g.nvlinks],
+             "nvlinks": [_nvlink_json(lk) for lk in g.nvlinks],
              **{f: getattr(g, f) for f in _GPU_FIELDS}}
             for g in t.gpus
         ],
@@ -93,11 +128,7 @@ def topology_from_json(obj: Any, where: str | None = None) -> NodeTopology:
             idx = _opt_int(g.get("index"), f"{w}.index")
             if idx is None:
                 raise ValueError(f"{w}.index missing")
-            links = tuple(
-                NvLink(peer=int(lk["peer"]), links=_opt_int(lk.get("links"), f"{w}.nvlinks"),
-                       bandwidth_mbs=_opt(lk.get("bandwidth_mbs"), (int, float), f"{w}.nvlinks"),
-                       via_switch=bool(lk.get("via_switch", False)))
-                for lk in g.get("nvlinks") or [])
+            links = tuple(_nvlink(lk, w) for lk in g.get("nvlinks") or [])
             if not links and g.get("nvlink_peers"):
                 links = tuple(NvLink(peer=p) for p in _ints(g["nvlink_peers"], f"{w}.nvlink_peers"))
             gpus.append(Gpu(
