@@ -213,3 +213,31 @@ def test_unreadable_kernel_log_is_unknown(sysroot: Path, tmp_path: Path) -> None
     r = run_check(_cfg(sysroot, checks=("kernel_log",), kmsg=tmp_path / "missing.log"), FakeClock())
     kl = r.result("kernel_log")
     assert kl is not None and kl.status is Status.UNKNOWN and "missing.log" in (kl.reason or "")
+
+
+def test_log_count_rules_over_the_kernel_log(realdata: Path, sysroot: Path, tmp_path: Path) -> None:
+    """The engine's log-count rules (log_counts.toml) run over the kernel-log findings: ten
+    application Xid 13 on one GPU within an hour is a warning of its own (a real Xid 13 line,
+    re-timed to the clock of this test), and its state survives in the state file."""
+    from datetime import UTC, datetime
+
+    real = next(line for line in realdata.joinpath("kernel_logs", "gpud", "components_memory__dmesg.decode.iso.log")
+                .read_text().splitlines() if "Xid" in line and ": 13," in line)
+    body = real.split("+00:00 ", 1)[1]
+    clock = FakeClock()
+    log = tmp_path / "kern.log"
+    state = tmp_path / "state.json"
+    cfg = _cfg(sysroot, checks=("kernel_log",), kmsg=log, state_file=state)
+    lines = []
+    for i in range(10):
+        t = datetime.fromtimestamp(clock.now() - 600 + i * 30, UTC).strftime("%Y-%m-%dT%H:%M:%S,000000+00:00")
+        lines.append(f"kern  :warn  : {t} {body}")
+    log.write_text("\n".join(lines[:5]) + "\n")
+    r = run_check(cfg, clock)
+    assert not [f for f in r.findings if f.kind == "xid_repeats"]
+    with log.open("a") as fh:
+        fh.write("\n".join(lines[5:]) + "\n")
+    r = run_check(cfg, clock)
+    rep = [f for f in r.findings if f.kind == "xid_repeats"]
+    assert [(f.rule, f.attrs["value"], f.action) for f in rep] == [("xid-app-repeats-same-gpu", 10, Action.NONE)]
+    assert r.action is Action.RESTART_APP  # Xid 13 is the application's: never a drain

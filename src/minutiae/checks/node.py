@@ -161,8 +161,9 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
             results.append(failed)
             continue
         results.append(_result(name, by_check.get(name, []), problems, len(obs)))
+    node = cfg.node or os.uname().nodename.split(".")[0]
     if "kernel_log" in cfg.checks and cfg.kmsg is not None:
-        results.append(check_kernel_log(cfg.kmsg, cfg.year, mem))
+        results.append(check_kernel_log(cfg.kmsg, cfg.year, mem, clock, node))
 
     mem.counters = {(o.component, o.metric): (float(o.value), now) for o in all_obs
                     if isinstance(o.value, int | float) and not isinstance(o.value, bool)}
@@ -171,7 +172,6 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
             save_state(cfg.state_file, mem, now)
         except InputError as exc:
             notes.append(str(exc))
-    node = cfg.node or os.uname().nodename.split(".")[0]
     return NodeReport(node, now, tuple(results), tuple(all_obs), tuple(notes))
 
 

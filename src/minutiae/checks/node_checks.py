@@ -15,6 +15,7 @@ from minutiae.parsers.snapshot import Snapshot
 if TYPE_CHECKING:
     from minutiae.checks.node import CheckConfig
     from minutiae.checks.node_memory import CheckMemory
+    from minutiae.clock import Clock
 
 Group = tuple[list[Observation], CheckResult | None, list[str]]
 
@@ -102,9 +103,12 @@ def counter_findings(
     return out
 
 
-def check_kernel_log(path: Path, year: int | None, memory: CheckMemory) -> CheckResult:
+def check_kernel_log(path: Path, year: int | None, memory: CheckMemory, clock: Clock,
+                     node: str) -> CheckResult:
     """Kernel-log findings since boot: the lines after ``memory.log_cursor`` are parsed through
-    the kernel-log rules and merged into ``memory.log_findings`` (which this updates)."""
+    the kernel-log rules and merged into ``memory.log_findings`` (which this updates); the
+    log-count engine rules (``log_counts.toml``: repeats within a window, flapping links) run
+    over the new findings with their state kept in ``memory.engine``."""
     from minutiae.checks.node import status_of
     from minutiae.sources.kmsg import read_kernel_log
 
@@ -114,6 +118,7 @@ def check_kernel_log(path: Path, year: int | None, memory: CheckMemory) -> Check
         return _unknown("kernel_log", exc.reason)
     if reset:
         memory.reset_log()
+    new: list[Finding] = []
     if chunks:  # the parser and its catalogs are loaded only when there is something new
         try:
             from minutiae.checks.logrules import findings_from_events
@@ -122,10 +127,36 @@ def check_kernel_log(path: Path, year: int | None, memory: CheckMemory) -> Check
             return _unknown("kernel_log", f"kernel-log rules unavailable ({exc})")
         try:
             events = list(parse_chunks(chunks, year=year))
-            memory.add_log_findings(findings_from_events(events))
+            new = list(findings_from_events(events))
         except MinutiaeError as exc:
             return _unknown("kernel_log", str(exc))
+        memory.add_log_findings(new)
         memory.log_events += len(events)
     memory.log_cursor = cursor
-    findings = tuple(memory.log_findings)
+    counted: tuple[Finding, ...] = ()
+    if new or memory.engine:
+        try:
+            counted = _log_counts(new, memory, clock, node)
+        except MinutiaeError as exc:
+            return _unknown("kernel_log", f"log-count rules: {exc}")
+    findings = tuple(memory.log_findings) + counted
     return CheckResult("kernel_log", status_of(findings), findings, None, memory.log_events)
+
+
+def _log_counts(new: Sequence[Finding], memory: CheckMemory, clock: Clock, node: str) -> tuple[Finding, ...]:
+    from minutiae.checks.engine import Engine
+    from minutiae.checks.engine_rules import shipped_engine_rules
+    from minutiae.checks.engine_state import EngineState
+
+    state = None
+    if memory.engine:
+        try:
+            state = EngineState.from_json(memory.engine)
+        except MinutiaeError:
+            state = None  # damaged: counts start again
+    rules = [r for r in shipped_engine_rules() if r.on == "finding"]
+    engine = Engine(rules, clock=clock, node=node, state=state)
+    engine.record(new)
+    result = engine.evaluate()
+    memory.engine = engine.state.to_json() if any(engine.state.rules.values()) else None
+    return result.findings

@@ -32,6 +32,8 @@ class CheckMemory:
     log_events: int = 0
     drained_for: list[str] = field(default_factory=list)
     acknowledged: dict[str, int] = field(default_factory=dict)
+    #: the check engine's state (``EngineState.to_json()``) for the log-count rules
+    engine: str | None = None
 
     def add_log_findings(self, findings: Iterable[Finding]) -> None:
         """Merge new findings: the same (kind, code, pci, message) bumps ``count``, keeps the
@@ -56,6 +58,7 @@ class CheckMemory:
         self.log_events = 0
         self.drained_for = []
         self.acknowledged = {}
+        self.engine = None
 
     def is_acknowledged(self, f: Finding) -> bool:
         """True for a kernel-log finding an admin acknowledged and that has not happened since."""
@@ -80,6 +83,7 @@ class CheckMemory:
                 "findings": [finding_to_json(f) for f in self.log_findings],
                 "drained_for": list(self.drained_for),
                 "acknowledged": dict(self.acknowledged),
+                "engine": self.engine,
             },
         }
 
@@ -99,6 +103,8 @@ class CheckMemory:
         mem.log_findings = [finding_from_json(d) for d in kl.get("findings", [])]
         mem.drained_for = [str(k) for k in kl.get("drained_for", [])]
         mem.acknowledged = {str(k): int(v) for k, v in dict(kl.get("acknowledged", {})).items()}
+        engine = kl.get("engine")
+        mem.engine = engine if isinstance(engine, str) else None
         return mem
 
 
