@@ -119,7 +119,8 @@ class KernelLogParser:
             yield from self._scan_block(rest, st)
 
     def parse_lines(self, lines: Iterable[str]) -> Iterator[LogEvent]:
-        """Lines (with or without their newline) → events, in order, line numbers from 1."""
+        """Lines (with or without their trailing newline; no newline inside) → events, in
+        order, line numbers from 1."""
         st = _State()
         block: list[str] = []
         for line in lines:
