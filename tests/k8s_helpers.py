@@ -41,12 +41,17 @@ def admin_cordon(api: KubeClient, node: str) -> None:
 
 
 def create_pod(api: KubeClient, ns: str, name: str, node: str, labels: dict[str, str],
-               owner_daemonset: bool = False) -> dict[str, Any]:
+               owner_daemonset: bool = False, job: str | None = None) -> dict[str, Any]:
+    """A pod bound to ``node`` (Running); ``job``: owned by that batch/v1 Job (controller)."""
     delete(api, f"/api/v1/namespaces/{ns}/pods/{name}")
     meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": labels}
     if owner_daemonset:
         meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds",
                                     "uid": "00000000-0000-0000-0000-000000000001"}]
+    if job:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                    "uid": "00000000-0000-0000-0000-000000000002",
+                                    "controller": True}]
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}
     api.post(f"/api/v1/namespaces/{ns}/pods", body)

@@ -103,13 +103,26 @@ def _movable(pod: dict[str, Any]) -> bool:
     return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
 
 
+def job_of(pod: dict[str, Any]) -> str:
+    """The job a pod belongs to, for the per-job budget: its controlling owner
+    (``namespace/Kind/name``: a Job, JobSet, PyTorchJob, StatefulSet …, so the pods of one
+    distributed job on several nodes count as one job), else the pod itself (``namespace/name``)."""
+    meta = pod.get("metadata", {})
+    ns = meta.get("namespace")
+    for o in meta.get("ownerReferences") or []:
+        if o.get("controller"):
+            return f"{ns}/{o.get('kind')}/{o.get('name')}"
+    return f"{ns}/{meta.get('name')}"
+
+
 def _node_state(node: str, obj: dict[str, Any], movable_pods: list[dict[str, Any]]) -> NodeState:
     """A Node object (and its movable pods) as ``NodeState``: cordoned or carrying our taint →
-    DRAINING while pods remain, else DRAINED; Ready condition not True → DOWN."""
+    DRAINING while pods remain, else DRAINED; Ready condition not True → DOWN; ``jobs`` are the
+    jobs of its pods (:func:`job_of`)."""
     ours = _is_ours(obj)
     cordoned = bool(obj.get("spec", {}).get("unschedulable"))
     out = cordoned or (ours and _has_our_taint(obj))
-    pods = tuple(f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}" for p in movable_pods)
+    pods = tuple(dict.fromkeys(job_of(p) for p in movable_pods))
     ready = [c for c in obj.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]
     if out:
         st = NodeSchedState.DRAINING if pods else NodeSchedState.DRAINED
