@@ -126,7 +126,6 @@ class KubernetesHarness:
 
     def __init__(self, kubeconfig: str) -> None:
         from k8s_helpers import admin, config, ensure_namespace
-
         from minutiae.actions.kubernetes import KubernetesBackend
 
         self.api = admin(kubeconfig)
