@@ -65,3 +65,47 @@ def test_parser_never_crashes(files: dict[str, str | None]) -> None:
     b = SnapshotBuilder("fuzz")
     parse_pcie_device(b, "0000:44:00.0", files, "/sys/bus/pci/devices/0000:44:00.0")
     b.build()
+
+
+def test_aer_statistics_in_the_kernels_layout(tmp_path: Path) -> None:
+    d = pcie_device(tmp_path, "0000:44:00.0", aer={"correctable": 7, "fatal": 0, "nonfatal": 2})
+    assert (d / "aer_dev_correctable").read_text().splitlines()[0] == "Receiver Error 7"
+    s = read_sysfs_pcie(tmp_path)
+    g = "pcie:0000:44:00.0"
+    assert (s.value(g, "aer_correctable"), s.value(g, "aer_fatal"), s.value(g, "aer_nonfatal")) == (7, 0, 2)
+    (d / "aer_dev_fatal").write_text("garbage\n")
+    s = read_sysfs_pcie(tmp_path)
+    assert [(p.where.rsplit("/", 1)[-1], p.message) for p in s.problems] == [("aer_dev_fatal", "no TOTAL_ERR_FATAL line")]
+    assert s.value(g, "aer_fatal") is None and s.value(g, "aer_nonfatal") == 2
+
+
+def test_aer_findings_across_runs(tmp_path: Path) -> None:
+    from minutiae.checks.node import CheckConfig, CheckMemory, run_check
+    from minutiae.model import Action
+    from minutiae.testing import FakeClock
+
+    pcie_device(tmp_path, "0000:44:00.0", aer={"correctable": 0})
+    mem, clock = CheckMemory(), FakeClock()
+    cfg = CheckConfig(sysfs_root=tmp_path, kmsg=None, node="n", checks=("pcie",))
+    assert run_check(cfg, clock, memory=mem).findings == ()
+    pcie_device(tmp_path, "0000:44:00.0", aer={"correctable": 400, "fatal": 1})
+    clock.advance(3600)
+    r = run_check(cfg, clock, memory=mem)
+    assert sorted((f.rule, f.action) for f in r.findings) == [
+        ("pcie.aer-correctable-rate", Action.NONE), ("pcie.aer-fatal-new", Action.REBOOT),
+        ("pcie.aer-fatal-since-boot", Action.NONE)]
+    assert r.drain
+
+
+def test_ib_device_pci_address_from_the_device_link(tmp_path: Path, realdata: Path) -> None:
+    import os
+
+    from minutiae.sources.sysfs_ib import read_sysfs_ib
+    from minutiae.testing.sysfs import ib_tree
+
+    root = ib_tree(tmp_path / "sys", realdata / "infiniband" / "gpud" / "sys-class-infiniband-h100.0")
+    target = pcie_device(root, "0000:1a:00.0", pci_class="0x020700", vendor="0x15b3")
+    os.symlink(target, root / "class" / "infiniband" / "mlx5_0" / "device")
+    s = read_sysfs_ib(root)
+    assert s.value("ib:mlx5_0/1", "pci") == "0000:1a:00.0"
+    assert s.value("ib:mlx5_1/1", "pci") is None

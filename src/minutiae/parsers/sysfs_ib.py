@@ -9,7 +9,8 @@ Metrics: ``state`` (``ACTIVE``, ``DOWN``, ``INIT``, ``ARMED``…) and ``state_co
 ``rate_gbps`` (e.g. 400.0), ``width`` (lanes, 4 for ``4X``), ``speed`` (``NDR``, ``HDR``…),
 ``link_layer`` (``InfiniBand``/``Ethernet``), every ``counters/<name>`` as ``<name>`` and every
 ``hw_counters/<name>`` as ``hw_<name>`` (non-negative integers). Device attributes
-(``hca_type``, ``fw_ver``, ``board_id``) go on the same component.
+(``hca_type``, ``fw_ver``, ``board_id``, and ``pci`` — the HCA's PCI address from the
+``device`` link on a live node) go on the same component.
 """
 
 from __future__ import annotations

@@ -45,6 +45,10 @@ def read_sysfs_ib(sysfs_root: Path | str, time: float | None = None) -> Snapshot
     for dev in devices:
         ddir = os.path.join(base, dev)
         attrs = {name: _read(os.path.join(ddir, name)) for name in DEVICE_FILES}
+        # on a live node <dev>/device links to the HCA's PCI function (…/0000:1a:00.0)
+        link = os.path.join(ddir, "device")
+        if os.path.islink(link):
+            attrs["pci"] = os.path.basename(os.path.realpath(link))
         ports_dir = os.path.join(ddir, "ports")
         ports = _listdir(ports_dir)
         if not ports:

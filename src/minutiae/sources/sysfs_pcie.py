@@ -7,7 +7,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from minutiae.errors import SourceUnavailable
-from minutiae.parsers.pcie import ATTRS, SOURCE, parse_pcie_device
+from minutiae.parsers.pcie import AER, ATTRS, SOURCE, parse_pcie_device
 from minutiae.parsers.snapshot import Snapshot, SnapshotBuilder
 
 #: vendors whose devices are checked by default: NVIDIA (GPU, NVSwitch) and Mellanox/NVIDIA NICs
@@ -17,7 +17,7 @@ DEFAULT_VENDORS = frozenset({"0x10de", "0x15b3"})
 def _read(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(256)
+            return fh.read(4096)
     except OSError:
         return None
 
@@ -43,5 +43,8 @@ def read_sysfs_pcie(
         if not os.path.exists(os.path.join(d, "current_link_speed")):
             continue  # virtual functions and integrated devices have no link of their own
         files = {name: _read(os.path.join(d, name)) for name in ATTRS}
+        for name in AER:
+            if os.path.exists(os.path.join(d, name)):
+                files[name] = _read(os.path.join(d, name))
         parse_pcie_device(b, addr, files, d)
     return b.build()

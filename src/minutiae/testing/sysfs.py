@@ -43,9 +43,12 @@ def pcie_device(
     max_width: str = "16",
     pci_class: str = "0x030200",
     vendor: str = "0x10de",
+    aer: dict[str, int] | None = None,
 ) -> Path:
     """One ``/sys/bus/pci/devices/<address>`` entry with its link attributes (newline-terminated
-    as the kernel writes them)."""
+    as the kernel writes them). ``aer={"correctable": n, "fatal": n, "nonfatal": n}`` adds the
+    AER statistics files in the kernel's layout (Documentation/ABI/testing/
+    sysfs-bus-pci-devices-aer_stats): one ``<name> <count>`` line per error, then the total."""
     d = root / "bus" / "pci" / "devices" / address
     d.mkdir(parents=True, exist_ok=True)
     for name, value in (
@@ -57,4 +60,22 @@ def pcie_device(
         ("vendor", vendor),
     ):
         (d / name).write_text(value + "\n")
+    if aer is not None:
+        for kind, names, total in (
+            ("correctable", _AER_COR, "TOTAL_ERR_COR"),
+            ("fatal", _AER_UNCOR, "TOTAL_ERR_FATAL"),
+            ("nonfatal", _AER_UNCOR, "TOTAL_ERR_NONFATAL"),
+        ):
+            n = aer.get(kind, 0)
+            lines = [f"{name} {n if i == 0 else 0}" for i, name in enumerate(names)]
+            (d / f"aer_dev_{kind}").write_text("\n".join([*lines, f"{total} {n}"]) + "\n")
     return d
+
+
+_AER_COR = ("Receiver Error", "Bad TLP", "Bad DLLP", "RELAY_NUM Rollover", "Replay Timer Timeout",
+            "Advisory Non-Fatal", "Corrected Internal Error", "Header Log Overflow")
+_AER_UNCOR = ("Undefined", "Data Link Protocol", "Surprise Down Error", "Poisoned TLP",
+              "Flow Control Protocol", "Completion Timeout", "Completer Abort", "Unexpected Completion",
+              "Receiver Overflow", "Malformed TLP", "ECRC", "Unsupported Request", "ACS Violation",
+              "Uncorrectable Internal Error", "MC Blocked TLP", "AtomicOp Egress Blocked",
+              "TLP Prefix Blocked Error")
