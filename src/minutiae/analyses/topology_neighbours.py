@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from minutiae.errors import ConfigError
 from minutiae.model.topology import format_cpulist
-from minutiae.parsers.proc_status import unit_of
-from minutiae.sources.procs import ProcInfo
+from minutiae.parsers.proc_status import ProcInfo, unit_of
 
 _UNIT = re.compile(r"^[A-Za-z0-9:_.@\\-]{1,200}\.(service|scope)$")
 

@@ -90,3 +90,20 @@ def unit_of(cgroup: str | None) -> str | None:
         if part.endswith((".service", ".scope")) and not part.startswith("init.scope"):
             return part
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    """One process: ``cpus`` it may run on (``Cpus_allowed_list``, narrowed by its cgroup's
+    effective cpuset when readable), ``ticks`` of CPU time so far, ``last_cpu`` it ran on,
+    ``kernel`` for kernel threads (no command line; children of kthreadd)."""
+
+    pid: int
+    name: str
+    ppid: int | None
+    cpus: tuple[int, ...]
+    ticks: int
+    last_cpu: int | None
+    cgroup: str | None
+    kernel: bool
+    cmdline: str

@@ -8,30 +8,12 @@ A process that vanishes between reads is dropped (it is not a neighbour any more
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from minutiae.clock import Clock
 from minutiae.errors import SourceUnavailable
 from minutiae.model.topology import parse_cpulist
-from minutiae.parsers.proc_status import parse_cgroup, parse_stat, parse_status
-
-
-@dataclass(frozen=True, slots=True)
-class ProcInfo:
-    """One process: ``cpus`` it may run on (``Cpus_allowed_list``, narrowed by its cgroup's
-    effective cpuset when readable), ``ticks`` of CPU time so far, ``last_cpu`` it ran on,
-    ``kernel`` for kernel threads (no command line; children of kthreadd)."""
-
-    pid: int
-    name: str
-    ppid: int | None
-    cpus: tuple[int, ...]
-    ticks: int
-    last_cpu: int | None
-    cgroup: str | None
-    kernel: bool
-    cmdline: str
+from minutiae.parsers.proc_status import ProcInfo, parse_cgroup, parse_stat, parse_status
 
 
 def _read(path: Path) -> str | None:
