@@ -36,7 +36,15 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     be = make_backend(backend, clock, slurm_conf=slurm_conf, kubeconfig=kubeconfig)
     if backend == "dry-run":
         policy = replace(policy, dry_run=True)
-    controller = Controller(Store(db), be, policy, clock)
+    import os
+    from pathlib import Path
+
+    from minutiae.controller.notify_slack import notifiers_from_env
+
+    # MINUTIAE_SLACK_WEBHOOK / MINUTIAE_WEBHOOK_URL (+ _SECRET): decisions to Slack / a webhook
+    notifiers = notifiers_from_env(os.environ, clock, scheduler=be.name, dry_run=policy.dry_run,
+                                   outbox_dir=Path(db).resolve().parent)
+    controller = Controller(Store(db), be, policy, clock, notifiers=notifiers)
     app = make_app(controller, token, loop_interval=interval)
     mode = "DRY-RUN (nothing reaches the scheduler)" if controller.dry_run else "ACTING"
     print(f"minutiae serve: {mode}; backend {be.name}; policy {policy.source}; "
