@@ -329,3 +329,21 @@ def test_messages_stay_within_slack_limits(items: list[tuple[str, Verb, str, lis
     for d in ds:
         _limits_ok(decision_message(d))
     _limits_ok(rollup_message(ds, alerts, 0.0))
+
+
+def test_notifiers_from_env(endpoint: Endpoint, tmp_path: Path) -> None:
+    from minutiae.controller.notify_slack import notifiers_from_env
+    from minutiae.errors import ConfigError
+
+    assert notifiers_from_env({}, FakeClock()) == []
+    env = {"MINUTIAE_SLACK_WEBHOOK": endpoint.url, "MINUTIAE_WEBHOOK_URL": endpoint.url + "/hook",
+           "MINUTIAE_WEBHOOK_SECRET": "k"}
+    slack_n, hook_n = notifiers_from_env(env, FakeClock(), scheduler="kubernetes",
+                                         outbox_dir=tmp_path)
+    assert isinstance(slack_n, SlackNotifier) and slack_n.scheduler == "kubernetes"
+    assert isinstance(hook_n, WebhookNotifier) and hook_n.poster.secret == "k"
+    endpoint.script = [(503, "down", {})]
+    slack_n.notify([drain("gpu001")])
+    assert (tmp_path / "notify-outbox-slack.json").is_file()
+    with pytest.raises(ConfigError, match="MINUTIAE_SLACK_WEBHOOK: not an http"):
+        notifiers_from_env({"MINUTIAE_SLACK_WEBHOOK": "file:///etc/passwd"}, FakeClock())
