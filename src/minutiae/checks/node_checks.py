@@ -80,9 +80,13 @@ def check_pcie(sysfs_root: Path, now: float) -> Group:
     from minutiae.sources.sysfs_pcie import read_sysfs_pcie
 
     try:
-        return _group(read_sysfs_pcie(sysfs_root, time=now), now)
+        snap = read_sysfs_pcie(sysfs_root, time=now)
     except SourceUnavailable as exc:
         return [], _unknown("pcie", exc.reason), []
+    if not snap.observations and not snap.problems:
+        note = f"no NVIDIA or Mellanox PCIe device with a link under {sysfs_root}/bus/pci/devices"
+        return [], CheckResult("pcie", Status.OK, (), note, 0), []
+    return _group(snap, now)
 
 
 _CHECK_OF = {"gpu": "gpu", "node": "gpu", "ib": "ib", "pcie": "pcie"}
@@ -131,7 +135,7 @@ def check_kernel_log(path: Path, year: int | None, memory: CheckMemory, clock: C
         except MinutiaeError as exc:
             return _unknown("kernel_log", str(exc))
         memory.add_log_findings(new)
-        memory.log_events += len(events)
+        memory.log_events += sum(c.count(b"\n") for c in chunks)  # lines scanned since boot
     memory.log_cursor = cursor
     counted: tuple[Finding, ...] = ()
     if new or memory.engine:

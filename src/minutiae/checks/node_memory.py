@@ -29,7 +29,7 @@ class CheckMemory:
     counters: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     log_cursor: dict[str, Any] | None = None
     log_findings: list[Finding] = field(default_factory=list)
-    log_events: int = 0
+    log_events: int = 0  # kernel-log lines scanned since the log (re)started
     drained_for: list[str] = field(default_factory=list)
     acknowledged: dict[str, int] = field(default_factory=dict)
     #: the check engine's state (``EngineState.to_json()``) for the log-count rules

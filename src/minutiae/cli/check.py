@@ -86,7 +86,7 @@ def _render(report: object, step: object) -> None:
     console.print(f"[bold]{report.node}[/]: [{_STYLE[st]}]{st.upper()}[/]  action needed: "
                   f"[bold]{report.action.label}[/]" + (f"  — {report.reason()}" if report.reason() else ""))
     table = Table(show_header=True, header_style="bold", expand=False)
-    for col in ("check", "status", "values", "findings / reason"):
+    for col in ("check", "status", "read", "findings / reason"):
         table.add_column(col)
     for r in report.results:
         s = r.status.label
