@@ -310,3 +310,20 @@ def test_ib_port_down_and_rate_degraded_from_the_change_log() -> None:
         # 5000 symbol errors in 600 s = 30000/h: the rate rule fires; the slow port stays slow
         (2400.0, [("ib_rate_degraded", "ib:mlx5_2/1"), ("ib_symbol_errors", "ib:mlx5_0/1")]),
     ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=80), st.builds(json.dumps, st.dictionaries(
+    st.sampled_from(["node", "time", "status", "checks", "findings", "domains"]),
+    st.one_of(st.none(), st.integers(), st.text(max_size=10), st.lists(st.integers(), max_size=2)),
+    max_size=6))), min_size=1, max_size=8))
+def test_recorded_garbage_is_a_clear_error(tmp_path_factory: pytest.TempPathFactory,
+                                           lines: list[str]) -> None:
+    root = tmp_path_factory.mktemp("rec")
+    (root / "reports.jsonl").write_text("\n".join(x.replace("\n", " ") for x in lines) + "\n")
+    try:
+        h = load_history(root)
+    except MinutiaeError as exc:
+        assert "reports.jsonl" in str(exc)  # the message names the file (and the line)
+    else:
+        replay(h, load_policy())
