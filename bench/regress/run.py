@@ -177,13 +177,15 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--part", choices=("all", "detection", "attribution"), default="all")
     a = ap.parse_args()
     n_series, n_delay, fleets = (60, 15, 3) if a.quick else (120, 30, 6)
     names = ("ours", "edivisive", "mozilla")
     print(f"regress bench: {a.repeats} repeats; {n_series} series x 120 runs per noise level "
           f"(1/3 no change, 1/3 one, 1/3 two shifts of {', '.join(f'{s:+.0%}' for s in SIZES)}); "
           "outlier runs +5..30 %; median [min–max] over repeats")
-    for noise, outliers in ((0.005, 0.03), (0.01, 0.03), (0.02, 0.03), (0.01, 0.0)):
+    conditions = ((0.005, 0.03), (0.01, 0.03), (0.02, 0.03), (0.01, 0.0)) if a.part != "attribution" else ()
+    for noise, outliers in conditions:
         rows: dict[str, dict[str, list[float]]] = {n: {} for n in names}
         dl: dict[str, list[int]] = {n: [] for n in names}
         for rep in range(a.repeats):
@@ -204,6 +206,8 @@ def main() -> int:
             print(f"  ours vs {base}: " + ", ".join(
                 f"{k} {ratio(rows['ours'][k], rows[base][k])}" for k in ("fp_groups_pct", "missed_pct", "ms_per_series"))
                 + f", delay {ratio([float(np.median(dl['ours']))], [float(np.median(dl[base]))])}")
+    if a.part == "detection":
+        return 0
     print(f"\nrollout attribution ({fleets} fleets x {a.repeats} repeats, 128 nodes, 8 weeks, noise 2 %, "
           "5 random rollouts each of +-2/3/5 %, 1 % or none;\n  precision = flagged that really change speed / flagged, recall = flagged among |effect| >= 2 %)")
     att: dict[str, dict[str, list[float]]] = {}

@@ -25,6 +25,8 @@ from minutiae.history.rollouts import Rollout
 WEEK = 7 * 86400.0
 #: family-wise false-alarm rate over all rollouts tested (Bonferroni)
 ALPHA = 0.01
+#: fewest runs on each side, on days when both ran, before a rollout can be called a cause
+MIN_OVERLAP = 20
 #: family-wise rate for the per-signature hints
 HINT_ALPHA = 0.001
 #: smallest effect we call a cause (fraction)
@@ -38,8 +40,11 @@ class RolloutVerdict:
     signatures whose runs with the rollout differ significantly from their runs without it
     (Bonferroni over rollouts × signatures; a change that only hurts one model shows here while
     the fleet-wide effect is diluted) — within one signature this is confounded with the
-    signature's own changes at the same time, so it never makes ``cause``; ``cause``: the
-    fleet-wide effect is significant after Bonferroni over rollouts and at least ``MIN_EFFECT``; ``gpu_hours_per_week``: GPU-hours
+    signature's own changes at the same time, so it never makes ``cause``; ``overlap``: runs on the
+    smaller side (with or without the rollout) on days when both kinds ran — the evidence that
+    separates the rollout from everything else that changed that week; ``cause``: the fleet-wide
+    effect is significant after Bonferroni over rollouts, at least ``MIN_EFFECT``, and rests on an
+    overlap of at least ``MIN_OVERLAP`` runs; ``gpu_hours_per_week``: GPU-hours
     the change costs (+) or saves (−) per week over the exposed runs since the rollout started
     (None when runs lack GPU counts or durations); ``runs_exposed``: runs that met it."""
 
@@ -55,6 +60,7 @@ class RolloutVerdict:
     gpu_hours_per_week: float | None
     runs_exposed: int
     by_signature: tuple[tuple[str, Effect], ...] = ()
+    overlap: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "attr": self.attr, "old": self.old, "new": self.new,
@@ -62,7 +68,7 @@ class RolloutVerdict:
                 "effect": self.effect.to_json() if self.effect else None, "cause": self.cause,
                 "gpu_hours_per_week": None if self.gpu_hours_per_week is None
                 else round(self.gpu_hours_per_week, 2),
-                "runs_exposed": self.runs_exposed,
+                "runs_exposed": self.runs_exposed, "overlap": self.overlap,
                 "signatures": [{"signature": sig, **e.to_json()} for sig, e in self.by_signature]}
 
 
@@ -126,15 +132,24 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
     out = []
     for i, ro in enumerate(ros):
         eff, x = effects[i], chosen[i]
-        main = bool(eff is not None and eff.p_value < ALPHA / len(ros) and abs(eff.change) >= MIN_EFFECT)
+        overlap = _overlap(panel, x)
+        main = bool(eff is not None and eff.p_value < ALPHA / len(ros) and abs(eff.change) >= MIN_EFFECT
+                    and overlap >= MIN_OVERLAP)
         by_sig = _per_signature(panel, xmat, i, sig_names, len(ros))
         weeks = max((t_end - ro.start) / WEEK, 1.0 / 7.0)
         cost = None if eff is None else _cost(hours, x, np.ones(len(x), bool), eff.change, weeks)
         use_all = x is alls[i]
         out.append(RolloutVerdict(ro.name, ro.attr, ro.old, ro.new, ro.start, len(ro.at),
                                   "all" if use_all else "any", eff, main, cost,
-                                  int((x > 0).sum()), tuple(by_sig)))
+                                  int((x > 0).sum()), tuple(by_sig), overlap))
     return sorted(out, key=lambda v: (not v.cause, -(abs(v.effect.change) if v.effect else 0.0)))
+
+
+def _overlap(panel: Panel, x: np.ndarray) -> int:
+    on = np.bincount(panel.d, weights=(x > 0).astype(float), minlength=panel.n_bins)
+    tot = np.bincount(panel.d, minlength=panel.n_bins)
+    mixed = (on > 0) & (on < tot)
+    return int(min(on[mixed].sum(), (tot - on)[mixed].sum()))
 
 
 def _prefer_all(ea: Effect | None, el: Effect | None) -> bool:
@@ -165,8 +180,9 @@ def _per_signature(panel: Panel, xmat: np.ndarray, i: int, sigs: list[str], n_ro
     """Rollout ``i`` split into one column per signature (others kept fleet-wide)."""
     x = xmat[:, i]
     cols, names = [], []
-    for k, sg in enumerate(sigs):
-        m = panel.g == k
+    labels = np.array([r.signature for r in panel.runs])
+    for sg in sigs:
+        m = labels == sg
         on = x[m] > 0
         if on.sum() >= 3 and (~on).sum() >= 3:
             cols.append(x * m)

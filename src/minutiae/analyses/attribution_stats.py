@@ -81,8 +81,9 @@ class Panel:
 
 def make_panel(runs: Sequence[RunRecord], bin_s: float = DAY) -> Panel:
     ordered = tuple(sorted(runs, key=lambda r: (r.time, r.run_id)))
-    sigs = {s: i for i, s in enumerate(sorted({r.signature for r in ordered}))}
-    g = np.fromiter((sigs[r.signature] for r in ordered), dtype=np.int64, count=len(ordered))
+    # one baseline per (signature, size): a signature run at several world sizes has one per size
+    sigs = {s: i for i, s in enumerate(sorted({(r.signature, r.size) for r in ordered}))}
+    g = np.fromiter((sigs[(r.signature, r.size)] for r in ordered), dtype=np.int64, count=len(ordered))
     y = np.fromiter((r.log_cost for r in ordered), dtype=np.float64, count=len(ordered))
     t = np.fromiter((r.time for r in ordered), dtype=np.float64, count=len(ordered))
     d_raw = np.floor((t - (t.min() if t.size else 0.0)) / bin_s).astype(np.int64)

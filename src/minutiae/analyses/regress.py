@@ -198,13 +198,26 @@ def group_series(runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
     return dict(out)
 
 
+def size_normalised(series: Sequence[RunRecord]) -> F64:
+    """ln(step time); when one signature runs at several sizes, each size's median is removed so
+    that a change of scale is not read as a regression."""
+    y = np.fromiter((r.log_cost for r in series), dtype=np.float64, count=len(series))
+    sizes = [r.size for r in series]
+    if len(set(sizes)) > 1:
+        lab = np.array(sizes)
+        for z in set(sizes):
+            m = lab == z
+            y[m] -= float(np.median(y[m]))
+    return y
+
+
 def find_change_points(runs: Sequence[RunRecord], params: DetectorParams | None = None,
                        ) -> list[ChangePoint]:
     """Change points of every signature with enough runs, most recent first."""
     p = params or load_params()
     out: list[ChangePoint] = []
     for sig, series in group_series(runs).items():
-        y = np.fromiter((r.log_cost for r in series), dtype=np.float64, count=len(series))
+        y = size_normalised(series)
         sigma = robust_sigma(y)
         vals = np.fromiter((r.value for r in series), dtype=np.float64, count=len(series))
         cuts = detect_series(y, p, sigma)
@@ -223,6 +236,6 @@ def series_noise(runs: Sequence[RunRecord]) -> dict[str, tuple[int, float]]:
     """signature → (runs, robust run-to-run noise as a fraction)."""
     out = {}
     for sig, series in group_series(runs).items():
-        y = np.fromiter((r.log_cost for r in series), dtype=np.float64, count=len(series))
+        y = size_normalised(series)
         out[sig] = (len(series), math.expm1(robust_sigma(y)) if len(series) >= 3 else float("nan"))
     return out

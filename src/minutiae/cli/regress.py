@@ -59,12 +59,12 @@ def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool
                   f"{c.before_s:.4g} → {c.after_s:.4g}", pct(c.sigma, signed=False))
     console.print(t if cps else "No lasting change in any signature's step time.")
     rt = Table(title=f"Rollouts tested as causes (from {rollouts_path or 'the runs version columns'})")
-    for col in ("rollout", "started", "exposed runs", "effect", "p", "cause?", "GPU-hours/week",
+    for col in ("rollout", "started", "exposed runs", "overlap", "effect", "p", "cause?", "GPU-hours/week",
                 "hint: signatures that changed with it"):
         rt.add_column(col)
     for v in verdicts:
         e = v.effect
-        rt.add_row(v.name, when(v.start), str(v.runs_exposed), pct(e.change) if e else "untestable",
+        rt.add_row(v.name, when(v.start), str(v.runs_exposed), str(v.overlap), pct(e.change) if e else "untestable",
                    f"{e.p_value:.2g}" if e else "–", "[bold red]yes[/]" if v.cause else "no",
                    "–" if v.gpu_hours_per_week is None else f"{v.gpu_hours_per_week:+,.0f}",
                    ", ".join(f"{sg} {pct(se.change)}" for sg, se in v.by_signature[:3])

@@ -20,6 +20,11 @@ def _same(a: RunRecord, b: RunRecord) -> bool:
             and abs(a.value - b.value) <= 1e-9 * max(a.value, b.value) and set(a.nodes) == set(b.nodes))
 
 
+def _size_key(label: str) -> tuple[int, str]:
+    head = label.split(" ")[0]
+    return (int(head), label) if head.isdigit() else (-1, label)
+
+
 def clean_runs(records: Sequence[RunRecord], now: float | None = None,
                columns: Sequence[str] = ()) -> tuple[list[RunRecord], list[HistoryIssue]]:
     """Deduplicate and check ``records``; ``now`` (from the injected clock) enables the
@@ -63,6 +68,14 @@ def clean_runs(records: Sequence[RunRecord], now: float | None = None,
                                    f"{len(twin)} run(s) identical to another run under a different "
                                    "run_id (same signature, time, throughput, nodes) ignored", tuple(twin[:50])))
     runs = kept
+    sizes: dict[str, set[str]] = {}
+    for r in runs:
+        sizes.setdefault(r.signature, set()).add(r.size)
+    mixed = sorted(s for s, z in sizes.items() if len(z) > 1)
+    if mixed:
+        issues.append(HistoryIssue(IssueKind.MIXED_SIZES, "; ".join(
+            f"{s} runs at {len(sizes[s])} sizes ({', '.join(sorted(sizes[s], key=_size_key))})" for s in mixed[:5])
+            + " — the signature should include the world size; each size is compared with itself"))
     counts = Counter(r.signature for r in runs)
     once = sorted(s for s, c in counts.items() if c == 1)
     if once:

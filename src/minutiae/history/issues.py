@@ -13,6 +13,7 @@ class IssueKind(Enum):
     SINGLE_RUN = "single_run"            # a signature seen once: no series, no change points
     MISSING_VERSION = "missing_version"  # a software attribute empty on some runs (unknown)
     CLOCK_SKEW = "clock_skew"            # times in the future or before the clock was set
+    MIXED_SIZES = "mixed_sizes"          # one signature run at several world sizes
     JOINED = "joined"                    # usage or node names taken from the scheduler's jobs.csv
 
 

@@ -67,6 +67,17 @@ class RunRecord:
     def seconds_per_step(self) -> float | None:
         return self.value if self.metric is Metric.SECONDS_PER_STEP else None
 
+    @property
+    def size(self) -> str:
+        """The run's scale as a label (GPUs, else nodes), '' when unknown: runs of one signature
+        at different scales are not comparable step for step."""
+        if self.gpus is not None:
+            return f"{self.gpus} GPUs"
+        if self.nodes:
+            return f"{len(self.nodes)} nodes"
+        count = self.attrs.get("node_count")
+        return f"{min(count)} nodes" if count else ""
+
     def gpu_hours(self) -> float | None:
         """GPU-hours this run used, or None when its size or duration is unknown."""
         if self.gpus is None or self.duration_s is None:
