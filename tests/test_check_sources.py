@@ -114,3 +114,33 @@ def test_counter_rules_never_crash_on_odd_values(values: dict, previous: dict) -
     prev = {(c, m): (v, 1_699_990_000.0) for c in values for m, v in previous.items()}
     for f in evaluate(counter_rules(), Context(values, prev, 1_700_000_000.0)):
         assert f.kind and f.message and "{" not in f.message
+
+
+def test_one_megabyte_lines_and_binary_garbage_never_crash(tmp_path: Path) -> None:
+    from minutiae.errors import ParseError
+    from minutiae.parsers.dcgm import parse_dcgm
+    from minutiae.parsers.ibstat import parse_ibstat
+    from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
+    from minutiae.sources.nvidia_smi import read_nvidia_smi_file
+    from minutiae.sources.sysfs_ib import read_sysfs_ib
+    from minutiae.testing.sysfs import set_file
+
+    big = "x" * (1 << 20)
+    s = parse_nvidia_smi_text(f"Attached GPUs : 1\nGPU 00000000:44:00.0\n    Product Name : {big}\n", "big")
+    assert s.value("gpu:0000:44:00.0", "name") == big
+    with pytest.raises(ParseError):
+        parse_ibstat(big, "big")
+    s = parse_dcgm('DCGM_FI_DEV_GPU_TEMP{gpu="0",pci_bus_id="00000000:44:00.0"} 40\n' + big + "\n", "big")
+    assert s.value("gpu:0000:44:00.0", "temperature_c") == 40.0 and len(s.problems) == 1
+    garbage = tmp_path / "smi.bin"
+    garbage.write_bytes(bytes(range(256)) * 4096)
+    with pytest.raises(ParseError, match="smi.bin"):
+        read_nvidia_smi_file(garbage)
+    root = tmp_path / "sys"
+    set_file(root, "class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE")
+    set_file(root, "class/infiniband/mlx5_0/ports/1/phys_state", "5: LinkUp")
+    set_file(root, "class/infiniband/mlx5_0/ports/1/rate", "400 Gb/sec (4X NDR)")
+    set_file(root, "class/infiniband/mlx5_0/ports/1/counters/symbol_error", "9" * (1 << 20))
+    snap = read_sysfs_ib(root)
+    assert snap.value("ib:mlx5_0/1", "symbol_error") is None  # read capped at 4 KiB, not a counter
+    assert [p.where.rsplit("/", 2)[-2:] for p in snap.problems] == [["counters", "symbol_error"]]

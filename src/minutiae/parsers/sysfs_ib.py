@@ -96,4 +96,7 @@ def parse_ib_port(
         if not t.isdigit():
             b.problem(comp, f"{where}/{rel}", f"not a non-negative integer: {t[:40]!r}")
             continue
+        if len(t) > 20 or int(t) >= 1 << 64:
+            b.problem(comp, f"{where}/{rel}", f"not a 64-bit counter ({len(t)} digits)")
+            continue
         b.add(comp, metric, int(t))
