@@ -64,9 +64,8 @@ def test_lost_gpu_and_failing_call_are_problems(h100: Snapshot) -> None:
     s = read_nvml(fake)
     assert s.value("node", "gpu_count") == 8
     assert len(s.components("gpu:0000")) == 7  # GPU 3 could not be opened
-    wheres = sorted(p.where for p in s.problems)
-    assert wheres[0] == "GPU 3: nvmlDeviceGetHandleByIndex"
-    assert [p.message for p in s.problems if p.where.startswith("GPU 3")] == ["GPU is lost"]
+    assert s.value("gpu:index3", "lost") is True  # a known fault, not an unreadable value
+    assert not [p for p in s.problems if p.where.startswith("GPU 3")]
     ecc = [p for p in s.problems if "nvmlDeviceGetTotalEccErrors" in p.where]
     assert len(ecc) == 4 and ecc[0].message == "Unknown Error"
     assert s.value("gpu:0000:bb:00.0", "ecc_dbe_volatile") is None  # GPU index 5
@@ -93,3 +92,18 @@ def test_nvlink_state_and_errors(h100: Snapshot) -> None:
     assert s.value(g0, "nvlink_errors") == 12
     assert (s.value(g1, "nvlink_active_links"), s.value(g1, "nvlink_errors")) == (18, 0)
     assert s.value("gpu:0000:4c:00.0", "nvlink_active_links") is None  # no NVLink reported
+
+
+def test_lost_gpu_drains_the_node(h100: Snapshot, tmp_path: Path) -> None:
+    from minutiae.checks.node import CheckConfig, run_check
+    from minutiae.model import Action, Status
+    from minutiae.testing import FakeClock
+
+    fake = FakeNvml.from_snapshot(h100, lost={6})
+    r = run_check(CheckConfig(sysfs_root=tmp_path, kmsg=None, nvml=fake, node="n", checks=("gpu",),
+                              expected_gpus=8), FakeClock())
+    gpu = r.result("gpu")
+    assert gpu is not None and gpu.status is Status.CRITICAL
+    assert [(f.kind, f.component, f.action) for f in gpu.findings if f.severity >= 3] == [
+        ("gpu_off_bus", "gpu:index6", Action.REBOOT)]
+    assert r.drain

@@ -8,7 +8,9 @@
   the NVMLError text, e.g. ``NVML Shared Library Not Found`` — the GPU check is UNKNOWN and the
   other checks still run.
 - a call a GPU does not support (``Not Supported``) is skipped; any other NVMLError on a field
-  (``GPU is lost``, ``Unknown Error``) becomes a ``Problem`` naming the GPU and the call.
+  (``Unknown Error``…) becomes a ``Problem`` naming the GPU and the call;
+- a GPU the driver counts but NVML reports as ``GPU is lost`` (fell off the bus) becomes
+  ``gpu:index<N> lost = True`` — a fault the ``gpu.lost`` rule turns into ``gpu_off_bus``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ SOURCE = "nvml"
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
 VOLATILE_ECC, AGGREGATE_ECC = 0, 1
 CORRECTED, UNCORRECTED = 0, 1
 TEMPERATURE_GPU = 0
@@ -119,8 +122,12 @@ def _read_all(api: NvmlApi, b: SnapshotBuilder) -> None:
             handle = api.nvmlDeviceGetHandleByIndex(index)
             bus = _text(api.nvmlDeviceGetPciInfo(handle).busId)
         except err as exc:
-            # a GPU that fell off the bus is counted by the driver but cannot be opened
-            b.problem(f"gpu:index{index}", f"GPU {index}: nvmlDeviceGetHandleByIndex", str(exc))
+            # a GPU that fell off the bus is counted by the driver but cannot be opened: that is
+            # a fault we know about (``lost``), not just a value we could not read
+            if _code(exc) == NVML_ERROR_GPU_IS_LOST:
+                b.add(f"gpu:index{index}", "lost", True)
+            else:
+                b.problem(f"gpu:index{index}", f"GPU {index}: nvmlDeviceGetHandleByIndex", str(exc))
             continue
         pci = normalize_pci(bus)
         if pci is None:
