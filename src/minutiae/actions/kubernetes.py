@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time as _time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -214,7 +214,7 @@ class KubernetesBackend:
         return out
 
     # -- writing ---------------------------------------------------------------------------
-    def _merge(self, node: str, build: Any) -> bool:
+    def _merge(self, node: str, build: Callable[[dict[str, Any]], dict[str, Any] | None]) -> bool:
         """Read-modify-write with the resourceVersion precondition; ``build(obj)`` returns the
         merge patch or None for "nothing to do". Returns whether a patch was written."""
         for _ in range(_CONFLICT_RETRIES):

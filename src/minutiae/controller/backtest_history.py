@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -85,7 +85,6 @@ class History:
     gpus_per_node: int = 8
     suppressed: int = 0
     honour_maintenance: bool = True
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 def _windows(rows: Sequence[Mapping[str, str]], length: float, where: str) -> list[Window]:
@@ -222,7 +221,8 @@ def load_simulated(root: Path, *, maintenance_window_s: float = 1800.0,
                    honour_maintenance)
 
 
-def load_recorded(root: Path) -> History:
+def load_recorded(root: Path, *, maintenance_window_s: float = 1800.0,
+                  honour_maintenance: bool = True) -> History:
     events: list[NodeEvent] = []
     domains: dict[str, dict[str, str]] = {}
     for where, line, doc in files.iter_reports(root):
@@ -239,10 +239,12 @@ def load_recorded(root: Path) -> History:
         raise DataError("no reports", str(root / "reports.jsonl"))
     for r in files.read_csv(root, "fleet.csv", ("node",)):
         domains.setdefault(r["node"], {}).update({c: r[c] for c in DOMAIN_COLUMNS if r.get(c)})
-    windows = _windows(files.read_csv(root, "maintenance.csv", ("time", "node")), 1800.0,
-                       str(root / "maintenance.csv"))
-    for w in windows:
-        events += [NodeEvent(w.start, w.node, EventKind.DOWN), NodeEvent(w.end, w.node, EventKind.UP)]
+    windows = _windows(files.read_csv(root, "maintenance.csv", ("time", "node")),
+                       maintenance_window_s, str(root / "maintenance.csv"))
+    if honour_maintenance:  # the reports themselves are what was recorded: only the scheduler view
+        for w in windows:
+            events += [NodeEvent(w.start, w.node, EventKind.DOWN),
+                       NodeEvent(w.end, w.node, EventKind.UP)]
     events.extend(_jobs(files.read_csv(root, "jobs.csv", ("job_id", "start", "end", "nodes")),
                         str(root / "jobs.csv")))
     events.sort(key=lambda e: (e.time, e.node, e.kind.value))
@@ -250,7 +252,7 @@ def load_recorded(root: Path) -> History:
     start = min(e.time for e in events)
     end = max(e.time for e in events)
     return History(str(root), files.RECORDED, start, end, nodes, domains, tuple(events),
-                   tuple(windows))
+                   tuple(windows), honour_maintenance=honour_maintenance)
 
 
 def load_history(root: str | Path, *, maintenance_window_s: float = 1800.0,
@@ -260,4 +262,5 @@ def load_history(root: str | Path, *, maintenance_window_s: float = 1800.0,
     if files.layout(p) == files.SIMULATED:
         return load_simulated(p, maintenance_window_s=maintenance_window_s,
                               honour_maintenance=honour_maintenance)
-    return load_recorded(p)
+    return load_recorded(p, maintenance_window_s=maintenance_window_s,
+                         honour_maintenance=honour_maintenance)
