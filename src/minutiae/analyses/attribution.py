@@ -9,9 +9,11 @@ explains the change when its effect has the same sign and a comparable size, wit
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,9 @@ from minutiae.history.record import RunRecord
 
 #: nodes differing between the two runs that we test one by one (largest jobs differ on thousands)
 MAX_NODE_TESTS = 4096
+#: runs needed after the earlier of the two runs to test the recent window as well
+MIN_RECENT_RUNS = 30
+RECENT_ALPHA = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +36,9 @@ class Difference:
     did not), ``node_removed``, ``signature``. ``effect``: what B's side of it does to step time over
     the whole history (None: it never varies within a signature, so the history cannot tell).
     ``explains``: effect / observed change (1.0 = accounts for all of it; None without an effect, or
-    when the observed change is within run-to-run noise, p ≥ 0.05). ``rank``: 1 = best explanation."""
+    when the observed change is within run-to-run noise, p ≥ 0.05). ``rank``: 1 = best explanation. ``since``: the effect was measured over runs from this time on (the
+    earlier of the two runs) because that window holds stronger evidence than the whole history
+    (p-values are doubled for the choice of window); None = the whole history."""
 
     kind: str
     key: str
@@ -41,11 +48,13 @@ class Difference:
     explains: float | None
     summary: str
     rank: int = 0
+    since: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "kind": self.kind, "key": self.key, "a": self.a, "b": self.b,
                 "effect": self.effect.to_json() if self.effect else None,
                 "explains": None if self.explains is None else round(self.explains, 4),
+                "since": self.since,
                 "summary": self.summary}
 
 
@@ -138,15 +147,30 @@ def whatchanged(runs: Sequence[RunRecord], run_a: str, run_b: str) -> WhatChange
             diffs.append((kind, nd, "yes" if kind == "node_removed" else "no",
                           "yes" if kind == "node_added" else "no", x, label))
     real_change = p is not None and p < 0.05
+    # the recent window (from the earlier of the two runs on): a node that went bad last week is
+    # diluted over a whole history: the recent effect is kept when it is significant and larger
+    # (p-values doubled: Bonferroni over the two windows)
+    k = int(np.searchsorted(panel.t, min(a.time, b.time), side="left"))
+    recent = make_panel(panel.runs[k:]) if k > 0 and n - k >= MIN_RECENT_RUNS else None
     out: list[Difference] = []
     for kind, key, va_s, vb_s, x, label in diffs:
         eff = fe_effect(panel, x) if x.size else None
+        since = None
+        if recent is not None and x.size:
+            eff_r = fe_effect(recent, x[k:])
+            if eff_r is not None and (eff is None or (eff_r.p_value < RECENT_ALPHA
+                                                      and abs(eff_r.change) > abs(eff.change))):
+                eff, since = eff_r, float(recent.t[0])
+            if eff is not None:
+                eff = dataclasses.replace(eff, p_value=min(1.0, 2.0 * eff.p_value))
+        if since is not None:
+            label = f"{label} (since {datetime.fromtimestamp(since, UTC):%Y-%m-%d})"
         explains = None
         if eff is not None and abs(delta) > 1e-9 and real_change:
             explains = math.log1p(eff.change) / delta
         summary = (f"different signatures ({a.signature} vs {b.signature}): compared to each "
                    "signature's median" if kind == "signature" else _summary(label, eff))
-        out.append(Difference(kind, key, va_s, vb_s, eff, explains, summary))
+        out.append(Difference(kind, key, va_s, vb_s, eff, explains, summary, since=since))
 
     def score(d: Difference) -> tuple[int, float, float]:
         if d.effect is None:
@@ -156,6 +180,5 @@ def whatchanged(runs: Sequence[RunRecord], run_a: str, run_b: str) -> WhatChange
         return (0 if agrees else 1, d.effect.p_value, -abs(d.effect.change))
 
     ranked = sorted(out, key=score)
-    ranked = [Difference(d.kind, d.key, d.a, d.b, d.effect, d.explains, d.summary, i + 1)
-              for i, d in enumerate(ranked)]
+    ranked = [dataclasses.replace(d, rank=i + 1) for i, d in enumerate(ranked)]
     return WhatChanged(a, b, math.expm1(delta), p, noise, same, tuple(ranked), n)
