@@ -198,3 +198,15 @@ def test_text_parser_truncation_never_crashes(realdata: Path, cut: int) -> None:
     except ParseError:
         return
     assert all(o.component.startswith(("gpu:", "node")) for o in s.observations)
+
+
+@pytest.mark.parametrize(("line", "comp", "reason"), [
+    ("Unable to determine the device handle for GPU0000:CB:00.0: Unknown Error", "gpu:0000:cb:00.0", "Unknown Error"),
+    ("Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error", "gpu:0000:34:00.0", "Unknown Error"),
+    ("Unable to determine the device handle for GPU 0: Unknown Error", "gpu:index0", "Unknown Error"),
+])
+def test_unopenable_gpu_is_lost(line: str, comp: str, reason: str, realdata: Path) -> None:
+    head = realdata.joinpath("nvidia_smi", "gpud", "nvidia-smi-query.535.161.08.out.0.valid").read_text()
+    s = parse_nvidia_smi_text(line + "\n" + head, "q")
+    assert s.value(comp, "lost") is True and s.value(comp, "lost_reason") == reason
+    assert s.value("node", "gpu_count") == 8

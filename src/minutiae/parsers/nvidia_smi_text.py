@@ -4,10 +4,13 @@ The text form is an indented ``Label : value`` tree; a line may carry a value *a
 (``HW Slowdown : Active`` with ``HW Thermal Slowdown`` indented below it). Elisions such as
 ``[...]`` (hand-trimmed excerpts) are skipped. Truncated captures give the GPUs and fields that
 are present plus ``node: attached_gpus`` from the header, so a check can tell GPUs are missing.
+``Unable to determine the device handle for GPU…`` (a GPU the driver counts but cannot open)
+gives ``lost = True`` on that GPU.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from minutiae.errors import ParseError
@@ -20,6 +23,11 @@ from minutiae.parsers.nvidia_smi_common import (
 from minutiae.parsers.snapshot import Snapshot, SnapshotBuilder, to_int
 
 SOURCE = "nvidia-smi-q"
+#: what nvidia-smi prints for a GPU the driver counts but cannot open (fell off the bus, wedged):
+#: "... for GPU0000:CB:00.0: Unknown Error", "... for GPU1: 0000:34:00.0: Unknown Error"
+_NO_HANDLE = re.compile(
+    r"Unable to determine the device handle for GPU\s*(?:(\d{1,3})(?=:\s|\s|$):?\s*)?"
+    r"(?:([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]))?:?\s*(.*)$")
 
 
 @dataclass
@@ -136,12 +144,22 @@ def parse_nvidia_smi_text(text: str, where: str = "nvidia-smi -q") -> Snapshot:
             sections[-1][1].append(line)
         else:
             header.append(line)
+    b = SnapshotBuilder(SOURCE)
+    lost = 0
+    for line in lines:
+        m = _NO_HANDLE.search(line)
+        if m is None:
+            continue
+        pci = normalize_pci(m.group(2)) if m.group(2) else None
+        comp = gpu_component(pci) if pci else f"gpu:index{m.group(1) or lost}"
+        b.add(comp, "lost", True)
+        b.add(comp, "lost_reason", m.group(3).strip()[:120] or "unknown")
+        lost += 1
     head = _tree(header)
     driver = _get(head, "Driver Version")
     attached = to_int(_get(head, "Attached GPUs") or "")
-    if not sections and driver is None and attached is None:
+    if not sections and driver is None and attached is None and not lost:
         raise ParseError("no nvidia-smi -q header or GPU section found", where)
-    b = SnapshotBuilder(SOURCE)
     if driver:
         b.add("node", "driver_version", driver)
     if attached is not None:
