@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from minutiae.sim.api import DEMO_RATE_SCALE, run_sim
 from minutiae.sim.demo import write_report
 from minutiae.sim.evaluate import evaluate
 from minutiae.sim.progress import progress_bar
-from minutiae.sim.report_text import scorecard
+from minutiae.sim.report_text import console, scorecard
 
 
 @click.command("demo")
@@ -30,13 +29,13 @@ from minutiae.sim.report_text import scorecard
 def command(nodes: int, gpus_per_node: int, days: float, seed: int, out: Path, report: Path,
             rate_scale: float, quiet: bool) -> None:
     """Simulate NODES x GPUS for DAYS, score minutiae on it, write REPORT/index.html."""
-    console = Console()
+    con = console()
     with progress_bar(quiet) as prog:
         s = run_sim(out, nodes=nodes, gpus_per_node=gpus_per_node, days=days, seed=seed,
                     rate_scale=rate_scale, progress=prog)
-    console.print(f"simulated {s.nodes} nodes x {s.gpus_per_node} GPUs for {s.days:g} days "
+    con.print(f"simulated {s.nodes} nodes x {s.gpus_per_node} GPUs for {s.days:g} days "
                   f"(fault rates x{rate_scale:g}): {s.faults} faults, {s.benign} must-not-alarm events -> {out}")
-    ev = evaluate(out, progress=None if quiet else lambda name: console.print(f"running {name} ..."))
-    console.print(scorecard(ev))
+    ev = evaluate(out, progress=None if quiet else lambda name: con.print(f"running {name} ..."))
+    con.print(scorecard(ev))
     path = write_report(ev, report)
-    console.print(f"report: {path}")
+    con.print(f"report: {path}")

@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from minutiae.sim.detectors import DETECTORS
 from minutiae.sim.evaluate import evaluate
-from minutiae.sim.report_text import scorecard
+from minutiae.sim.report_text import console, scorecard
 
 
 @click.command("eval")
@@ -24,4 +23,4 @@ def command(directory: Path, as_json: bool, detectors: tuple[str, ...]) -> None:
     if as_json:
         click.echo(json.dumps(ev.to_json(), sort_keys=True))
         return
-    Console().print(scorecard(ev))
+    console().print(scorecard(ev))

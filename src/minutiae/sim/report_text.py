@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from rich.console import Group
+import sys
+
+from rich.console import Console, Group
 from rich.table import Table
 
 from minutiae.sim.evaluate import Evaluation
+
+
+def console() -> Console:
+    """A console that does not squeeze the tables when the output is a file or a pipe."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def _f(v: float | None, fmt: str = "{:.2f}") -> str:
