@@ -157,7 +157,8 @@ def bench_decision(quick: bool) -> None:
                 .replace("dry_run = true", "dry_run = false")
                 .replace("max_unavailable_fraction = 0.10", "max_unavailable_fraction = 0.9")
                 .replace("per_minute = 10\n", "per_minute = 10000\n")
-                .replace("rack = 2", "rack = 100").replace("fraction = 0.10", "fraction = 1.0"))
+                .replace("rack = 2", "rack = 100").replace("leaf = 4", "leaf = 100")
+                .replace("nvl_domain = 1", "nvl_domain = 100").replace("fraction = 0.10", "fraction = 1.0"))
     with tempfile.TemporaryDirectory() as tmp:
         pol = Path(tmp) / "policy.toml"
         pol.write_text(pol_text)
@@ -166,27 +167,26 @@ def bench_decision(quick: bool) -> None:
         with ServeProcess(Path(tmp) / "c", TOKEN, "--backend", "slurm", "--slurm-conf", conf,
                           "--policy", str(pol), "--interval", "5") as ctl, \
                 httpx.Client(timeout=30) as c:
-            if True:
-                for i, n in enumerate(nodes):
-                    b = report(i)
-                    b["node"] = n
-                    c.post(f"{ctl.url}/v1/reports", json=b, headers=H).raise_for_status()
-                time.sleep(1)
-                lat = []
-                for k, n in enumerate(trials):
-                    b = report(k, critical=True)
-                    b["node"] = n
-                    t0 = time.time()
-                    c.post(f"{ctl.url}/v1/reports", json=b, headers=H).raise_for_status()
-                    done = None
-                    while done is None and time.time() - t0 < 30:
-                        with sqlite3.connect(ctl.db, timeout=5) as db:
-                            row = db.execute("SELECT done_time FROM audit WHERE node=? AND "
-                                             "action='drain' AND status='done'", (n,)).fetchone()
-                        done = row[0] if row else None
-                        time.sleep(0.005)
-                    if done is not None:
-                        lat.append(done - t0)
+            for i, n in enumerate(nodes):
+                b = report(i)
+                b["node"] = n
+                c.post(f"{ctl.url}/v1/reports", json=b, headers=H).raise_for_status()
+            time.sleep(1)
+            lat = []
+            for k, n in enumerate(trials):
+                b = report(k, critical=True)
+                b["node"] = n
+                t0 = time.time()
+                c.post(f"{ctl.url}/v1/reports", json=b, headers=H).raise_for_status()
+                done = None
+                while done is None and time.time() - t0 < 30:
+                    with sqlite3.connect(ctl.db, timeout=5) as db:
+                        row = db.execute("SELECT done_time FROM audit WHERE node=? AND "
+                                         "action='drain' AND status='done'", (n,)).fetchone()
+                    done = row[0] if row else None
+                    time.sleep(0.005)
+                if done is not None:
+                    lat.append(done - t0)
         base = []
         for n in trials:
             t = time.perf_counter()
