@@ -241,3 +241,12 @@ def test_log_count_rules_over_the_kernel_log(realdata: Path, sysroot: Path, tmp_
     rep = [f for f in r.findings if f.kind == "xid_repeats"]
     assert [(f.rule, f.attrs["value"], f.action) for f in rep] == [("xid-app-repeats-same-gpu", 10, Action.NONE)]
     assert r.action is Action.RESTART_APP  # Xid 13 is the application's: never a drain
+
+
+def test_cli_checks_subset_and_bad_names(realdata: Path, sysroot: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["check", "--json", "--sysfs-root", str(sysroot), "--checks", "ib,pcie", "--node", "n"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1 and [c["check"] for c in doc["checks"]] == ["ib", "pcie"]
+    rc = main(["check", "--checks", "gpu,disk", "--node", "n"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "--checks: unknown disk" in err

@@ -29,7 +29,7 @@ from minutiae.checks.node_checks import (
 )
 from minutiae.checks.node_memory import CheckMemory
 from minutiae.clock import Clock
-from minutiae.errors import InputError
+from minutiae.errors import ConfigError, InputError
 from minutiae.model import Action, CheckResult, Finding, Observation, Severity, Status
 
 if TYPE_CHECKING:
@@ -175,6 +175,17 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
     return NodeReport(node, now, tuple(results), tuple(all_obs), tuple(notes))
 
 
+def parse_checks(text: str | None) -> tuple[str, ...]:
+    """``"gpu,ib"`` → ``("gpu", "ib")`` in display order; None → all. Raises ``ConfigError``."""
+    if text is None:
+        return CHECKS
+    wanted = {c.strip() for c in text.split(",") if c.strip()}
+    bad = sorted(wanted - set(CHECKS))
+    if bad or not wanted:
+        raise ConfigError(f"--checks: unknown {', '.join(bad) or '(none given)'} (known: {', '.join(CHECKS)})")
+    return tuple(c for c in CHECKS if c in wanted)
+
+
 def status_of(findings: Sequence[Finding]) -> Status:
     """info → OK, warning → WARNING, error/critical → CRITICAL."""
     worst = max((f.severity for f in findings), default=Severity.INFO)
@@ -193,4 +204,4 @@ def _result(name: str, findings: list[Finding], problems: list[str], observed: i
     return CheckResult(name, status, tuple(findings), reason, observed)
 
 
-__all__ = ["CHECKS", "CheckConfig", "CheckMemory", "NodeReport", "run_check", "status_of"]
+__all__ = ["CHECKS", "CheckConfig", "CheckMemory", "NodeReport", "parse_checks", "run_check", "status_of"]

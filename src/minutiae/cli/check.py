@@ -33,18 +33,20 @@ _STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown":
 @click.option("--slurm-conf", default=None, help="slurm.conf path (default $SLURM_CONF).")
 @click.option("--slurm-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
               help="Seconds to wait for scontrol.")
+@click.option("--checks", "only", default=None, metavar="LIST",
+              help="Comma-separated subset of gpu,ib,pcie,kernel_log (default: all).")
 @click.option("--year", type=int, default=None, help="Year for kernel-log timestamps without one.")
 def command(
     as_json: bool, sysfs_root: Path | None, kmsg: Path | None, nvidia_smi_xml: Path | None,
     dcgm: str | None, expected_gpus: int | None, expected_driver: str | None, no_nvml: bool,
     state_file: Path | None, node: str | None, slurm: bool, slurm_conf: str | None, slurm_timeout: float,
-    year: int | None,
+    only: str | None, year: int | None,
 ) -> int:
     """Check this node (or captured data) once: GPUs, InfiniBand, PCIe, kernel log.
 
     Exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
     """
-    from minutiae.checks.node import CheckConfig, run_check
+    from minutiae.checks.node import CheckConfig, parse_checks, run_check
     from minutiae.clock import SystemClock
 
     captured = sysfs_root is not None or nvidia_smi_xml is not None or dcgm is not None
@@ -53,7 +55,7 @@ def command(
     cfg = CheckConfig(
         sysfs_root=sysfs_root or Path("/sys"), kmsg=kmsg_path, nvidia_smi_xml=nvidia_smi_xml,
         dcgm=dcgm, expected_gpus=expected_gpus, expected_driver=expected_driver,
-        state_file=state_file, node=name, use_nvml=not no_nvml, year=year,
+        state_file=state_file, node=name, use_nvml=not no_nvml, year=year, checks=parse_checks(only),
     )
     step = None
     if slurm:
