@@ -19,6 +19,7 @@ re-read, never overwritten. Every operation is idempotent.
 
 from __future__ import annotations
 
+import logging
 import time as _time
 import uuid
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ from minutiae.actions.kubernetes_http import STRATEGIC, KubeAPIError, KubeClient
 from minutiae.clock import Clock
 from minutiae.errors import BackendError, ValidationError
 
+log = logging.getLogger("minutiae.kubernetes")
 DOMAIN = "minutiae.io"
 TAINT_KEY = f"{DOMAIN}/unhealthy"
 OWNER_KEY = f"{DOMAIN}/cordoned-by"
@@ -291,7 +293,9 @@ class KubernetesBackend:
         self._sync_condition(node, True, "MinutiaeDrain", text, "MinutiaeCordon",
                              f"cordoned and tainted {TAINT_KEY}: {text}", "Warning")
         if self.evict:
-            self.evictions[node] = self.evict_pods(node)
+            rep = self.evictions[node] = self.evict_pods(node)
+            for pod, why in (*rep.held, *rep.failed):
+                log.warning("kubernetes: %s: pod %s not evicted: %s", node, pod, why)
 
     def resume(self, node: str) -> None:
         def build(obj: dict[str, Any]) -> dict[str, Any] | None:

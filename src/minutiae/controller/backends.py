@@ -39,9 +39,13 @@ def make_backend(name: str, clock: Clock, *, slurm_conf: str | None = None,
         be: SchedulerBackend = slurm.SlurmBackend(slurm_conf=slurm_conf)
         return be
     if name == "kubernetes":
+        import os
+
         from minutiae.actions.kubernetes import KubernetesBackend
 
+        # MINUTIAE_K8S_EVICT=1: also evict a drained node's pods (PodDisruptionBudgets honoured)
+        evict = os.environ.get("MINUTIAE_K8S_EVICT") == "1"
         if kubeconfig:
-            return KubernetesBackend.from_kubeconfig(kubeconfig, clock)
-        return KubernetesBackend.in_cluster(clock)
+            return KubernetesBackend.from_kubeconfig(kubeconfig, clock, evict=evict)
+        return KubernetesBackend.in_cluster(clock, evict=evict)
     raise ConfigError(f"--backend: unknown backend {name!r} (one of: {', '.join(BACKENDS)})")
