@@ -147,3 +147,17 @@ def test_dev_kmsg_when_readable():
         return
     text = b"".join(chunks)
     assert not text or text.split(b"\n")[0].count(b",") >= 3  # raw records: pri,seq,usec,flags;
+
+
+def test_summary_groups_a_burst(realdata, capsys):
+    path = realdata / "kernel_logs/gpud/pkg_dmesg__dmesg.decode.iso.log.0"
+    rc, out, _ = run([str(path), "--summary", "--json"], capsys)
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert rc == 1
+    assert [(r["kind"], r["code"], r["pci"], r["count"], r["severity"]) for r in rows] == [
+        ("xid", 13, "0000:38:00.0", 629, "warning"), ("xid", 43, "0000:38:00.0", 7, "info")]
+    assert rows[0]["first"] == "2025-01-21T02:21:33.498559+00:00"
+    assert rows[0]["last"] == "2025-01-21T04:41:44.285147+00:00"
+    assert rows[0]["first_line_no"] == 1
+    rc, out, _ = run([str(path), "--summary"], capsys)
+    assert "629" in out and "ROBUST_CHANNEL_GR_EXCEPTION" in out

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from minutiae.checks.catalog import (
@@ -181,3 +183,52 @@ def nagios_status(findings: Iterable[Finding]) -> Status:
     if worst >= Severity.ERROR:
         return Status.CRITICAL
     return Status.WARNING if worst is Severity.WARNING else Status.OK
+
+
+@dataclass(frozen=True, slots=True)
+class FindingGroup:
+    """Findings with the same kind, code, PCI address, severity, action and rule, counted.
+
+    ``first``/``last`` are the earliest/latest wall-clock times (None when the log has only
+    uptimes); ``first_line_no`` is where the group starts; ``message`` is its first message."""
+
+    kind: str
+    code: int | None
+    pci: str | None
+    severity: Severity
+    action: Action
+    count: int
+    first: datetime | None
+    last: datetime | None
+    first_line_no: int | None
+    message: str
+    name: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "code": self.code, "pci": self.pci, "name": self.name,
+            "severity": self.severity.label, "action": self.action.label, "count": self.count,
+            "first": self.first.isoformat() if self.first else None,
+            "last": self.last.isoformat() if self.last else None,
+            "first_line_no": self.first_line_no, "message": self.message,
+        }
+
+
+def summarize(findings: Iterable[Finding]) -> list[FindingGroup]:
+    """Group findings (worst first, then by first appearance) — a burst of 600 Xid 13 on one
+    GPU is one row with a count."""
+    groups: dict[tuple[Any, ...], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.kind, f.code, f.pci, f.severity, f.action, f.rule), []).append(f)
+    out: list[FindingGroup] = []
+    for (kind, code, pci, sev, act, _), fs in groups.items():
+        times = [f.time for f in fs if f.time is not None]
+        name = fs[0].attrs.get("name")
+        out.append(FindingGroup(
+            kind=kind, code=code, pci=pci, severity=sev, action=act, count=len(fs),
+            first=min(times) if times else None, last=max(times) if times else None,
+            first_line_no=fs[0].line_no, message=fs[0].message,
+            name=name if isinstance(name, str) else None,
+        ))
+    out.sort(key=lambda g: (-g.severity, -g.action, g.first_line_no or 0))
+    return out

@@ -12,10 +12,14 @@ import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from minutiae.model.findings import Finding
+
+if TYPE_CHECKING:
+    from minutiae.checks.logrules import FindingGroup
 
 _SEV_STYLE = {"info": "dim", "warning": "yellow", "error": "red", "critical": "bold red"}
 
@@ -63,19 +67,45 @@ def _table(findings: list[Finding], sources: list[str]) -> None:
     console.print(f"{len(findings)} findings ({summary}); the node needs: {worst_action.label}")
 
 
+def _summary_table(groups: list[FindingGroup], sources: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(width=None if sys.stdout.isatty() else 250)
+    if not groups:
+        console.print(f"no kernel-log faults in {', '.join(sources)}")
+        return
+    table = Table(header_style="bold")
+    for col in ("count", "kind", "GPU/PCI", "code", "severity", "action", "first", "last",
+                "message"):
+        table.add_column(col, no_wrap=True, overflow="ellipsis",
+                         max_width=90 if col == "message" else 40)
+    for g in groups:
+        code = "" if g.code is None else f"{g.code} {g.name or ''}".strip()
+        table.add_row(str(g.count), g.kind, g.pci or "", code,
+                      Text(g.severity.label, style=_SEV_STYLE[g.severity.label]), g.action.label,
+                      g.first.strftime("%Y-%m-%d %H:%M:%S") if g.first else "",
+                      g.last.strftime("%Y-%m-%d %H:%M:%S") if g.last else "", Text(g.message))
+    console.print(table)
+
+
 @click.command("logscan")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True, path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per finding.")
 @click.option("--year", type=click.IntRange(1970, 9999), default=None,
               help="Year for timestamps without one (syslog); default: this year.")
+@click.option("--summary", is_flag=True,
+              help="One row (or JSON object) per kind/code/GPU with a count, worst first.")
 @click.option("--rules", "rules_file", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Extra kernel-log rules (TOML, schema in docs/rules.md).")
-def command(files: tuple[str, ...], as_json: bool, year: int | None, rules_file: Path | None) -> int:
+def command(files: tuple[str, ...], as_json: bool, summary: bool, year: int | None,
+            rules_file: Path | None) -> int:
     """Find hardware/driver faults in kernel logs (dmesg, dmesg -T, ISO, journalctl, syslog,
     /dev/kmsg). FILE may be '-' for standard input; without FILE, standard input when piped,
     else this node's /dev/kmsg."""
     from minutiae.checks.catalog import kernel_log_rules, load_log_rules
-    from minutiae.checks.logrules import nagios_status, scan_chunks
+    from minutiae.checks.logrules import nagios_status, scan_chunks, summarize
     from minutiae.clock import SystemClock
     from minutiae.sources.logstream import DEV_KMSG, STDIN, iter_kernel_log
 
@@ -90,9 +120,16 @@ def command(files: tuple[str, ...], as_json: bool, year: int | None, rules_file:
         for f in scan_chunks(iter_kernel_log(src), year=year, rules=rules):
             if len(sources) > 1:
                 f = replace(f, attrs={**f.attrs, "file": src})
-            if as_json:
+            if as_json and not summary:
                 click.echo(json.dumps(f.to_json(), ensure_ascii=False))
             findings.append(f)
-    if not as_json:
+    if summary:
+        groups = summarize(findings)
+        if as_json:
+            for g in groups:
+                click.echo(json.dumps(g.to_json(), ensure_ascii=False))
+        else:
+            _summary_table(groups, sources)
+    elif not as_json:
         _table(findings, sources)
     return int(nagios_status(findings))
