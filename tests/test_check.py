@@ -43,7 +43,7 @@ def test_h100_node_from_captures(realdata: Path, sysroot: Path) -> None:
     assert gpu.observed == 179
     assert ib.status is Status.WARNING
     assert [(f.kind, f.component) for f in ib.findings] == [("ib_link_downed", "ib:mlx5_1/1")]
-    assert pcie.status is Status.OK and pcie.findings == () and pcie.observed == 9 * 8
+    assert pcie.status is Status.OK and pcie.findings == () and pcie.observed == 9 * 8 + 1  # + pcie_gpu_count
     assert r.status is Status.WARNING and r.action is Action.NONE and not r.drain
     assert r.reason() is None
     doc = r.to_json()
@@ -250,3 +250,15 @@ def test_cli_checks_subset_and_bad_names(realdata: Path, sysroot: Path, capsys: 
     rc = main(["check", "--checks", "gpu,disk", "--node", "n"])
     err = capsys.readouterr().err
     assert rc == 3 and "--checks: unknown disk" in err
+
+
+def test_driver_sees_fewer_gpus_than_the_pcie_bus(realdata: Path, sysroot: Path) -> None:
+    snap = parse_nvidia_smi_text(realdata.joinpath(*H100_Q).read_text())
+    fake = FakeNvml.from_snapshot(snap)
+    del fake.gpus[5]  # the driver lost one; sysfs still lists 8 NVIDIA display controllers
+    r = run_check(_cfg(sysroot, nvml=fake, checks=("gpu", "pcie")), FakeClock())
+    gpu = r.result("gpu")
+    assert gpu is not None
+    assert [(f.rule, f.message) for f in gpu.findings if f.kind == "gpu_missing"] == [
+        ("gpu.count-pcie", "7 GPU(s) visible to the driver, 8 NVIDIA GPUs on the PCIe bus")]
+    assert r.action is Action.REBOOT

@@ -20,7 +20,8 @@ def test_reads_gpus_and_nics_only(tmp_path: Path) -> None:
     pcie_device(tmp_path, "0000:45:00.0", pci_class="0x020700", vendor="0x15b3", speed="32.0 GT/s PCIe")
     pcie_device(tmp_path, "0000:00:1f.0", pci_class="0x060100", vendor="0x8086")
     s = read_sysfs_pcie(tmp_path)
-    assert s.components() == ["pcie:0000:44:00.0", "pcie:0000:45:00.0"]
+    assert s.components("pcie:") == ["pcie:0000:44:00.0", "pcie:0000:45:00.0"]
+    assert s.value("node", "pcie_gpu_count") == 1
     g = "pcie:0000:44:00.0"
     assert (s.value(g, "speed_gts"), s.value(g, "gen"), s.value(g, "width")) == (16.0, 4, 8)
     assert (s.value(g, "max_speed_gts"), s.value(g, "max_gen"), s.value(g, "max_width")) == (32.0, 5, 16)

@@ -90,6 +90,7 @@ def check_pcie(sysfs_root: Path, now: float) -> Group:
 
 
 _CHECK_OF = {"gpu": "gpu", "node": "gpu", "ib": "ib", "pcie": "pcie"}
+#: node-level rules that compare the driver with the PCIe bus belong to the gpu check
 
 
 def counter_findings(

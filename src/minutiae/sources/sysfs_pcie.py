@@ -47,4 +47,9 @@ def read_sysfs_pcie(
             if os.path.exists(os.path.join(d, name)):
                 files[name] = _read(os.path.join(d, name))
         parse_pcie_device(b, addr, files, d)
-    return b.build()
+    snap = b.build()
+    gpus = sum(1 for o in snap.observations if o.metric == "device_kind" and o.value == "gpu")
+    if gpus:
+        b.add("node", "pcie_gpu_count", gpus)  # cross-check for the driver's GPU count
+        snap = b.build()
+    return snap
