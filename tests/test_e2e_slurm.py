@@ -284,3 +284,34 @@ def test_kill9_mid_batch_loses_nothing_and_doubles_nothing(slurm, tmp_path):
     assert any((d or "").startswith(("completed on restart", "confirmed on restart"))
                for _, _, d in rows)
     assert _drains_in_log(logfile, start) == {n: 1 for n in victims}  # slurmctld saw each once
+
+
+def test_running_job_loses_at_most_what_it_survives(slurm, tmp_path):
+    env = {**os.environ, "SLURM_CONF": slurm}
+    out = subprocess.run(["sbatch", "--parsable", "-N", "3", "-w", "gpu030,gpu031,gpu032",
+                          "-o", "/dev/null", "--wrap", "sleep 300"], capture_output=True,
+                         text=True, env=env, timeout=30)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    try:
+        def running():
+            q = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
+                               text=True, env=env, timeout=30).stdout.strip()
+            return q == "RUNNING"
+        wait_for(running, what=f"job {job} running")
+        with serve(tmp_path, slurm) as ctl:
+            for n in NODES:
+                post(ctl, n, [XID79] if n in ("gpu030", "gpu031", "gpu032") else (),
+                     rack=f"r{n}")
+            wait_for(lambda: any(drained(slurm, n) for n in ("gpu030", "gpu031", "gpu032")),
+                     what="one node of the job drained")
+            time.sleep(1.5)
+            taken = [n for n in ("gpu030", "gpu031", "gpu032") if drained(slurm, n)]
+            assert taken == ["gpu030"]                  # DRAINING: the job keeps running
+            assert "DRAIN" in node_state(slurm, "gpu030")[0]
+            ex = httpx.get(f"{ctl.url}/v1/nodes/gpu031/explain").json()
+            assert ex["last_hold"]["budget"] == {
+                "allowed": False, "check": "job",
+                "detail": f"job {job} already lost 1 node(s); it survives 1"}
+    finally:
+        subprocess.run(["scancel", job], env=env, timeout=30)
