@@ -109,3 +109,29 @@ def test_db_round_trip_through_cli(dataset, tmp_path: Path, capsys) -> None:  # 
     a = _json(capsys, ["regress", "--runs", str(d / "runs.csv"), "--json"])
     b = _json(capsys, ["regress", "--db", str(tmp_path / "c.db"), "--json"])
     assert [c["run_id"] for c in a["change_points"]] == [c["run_id"] for c in b["change_points"]]
+
+
+def test_simulator_layout_joins_jobs_csv(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """docs/dataset.md: runs.csv carries a node count; jobs.csv (job_id = run_id) the node names,
+    world size and start/end; rollouts.csv the per-node changes."""
+    f = synth_fleet(FleetConfig(seed=9, signatures=20, rollouts=(RolloutSpec("driver", 0.03, 0.6, 20.0, 3.0),)))
+    runs = ["run_id,time,signature,seconds_per_step,driver,kernel,firmware,nccl,nodes"]
+    jobs = ["job_id,start,end,nodes,signature,world_size,ranks_per_node,outcome"]
+    for r in f.records:
+        sig = r.signature.split("-ws")[0]          # signature without the world size, as the sim writes
+        runs.append(f"{r.run_id},{r.time:.0f},{sig},{r.value:.5f},{max(r.attrs['driver'])},"
+                    f"{r.attr_text('kernel')},{r.attr_text('firmware')},{r.attr_text('nccl')},{len(r.nodes)}")
+        jobs.append(f"{r.run_id},{r.time:.0f},{r.time + (r.duration_s or 0):.0f},{' '.join(r.nodes)},{sig},"
+                    f"{r.gpus},8,completed")
+    (tmp_path / "runs.csv").write_text("\n".join(runs) + "\n")
+    (tmp_path / "jobs.csv").write_text("\n".join(jobs) + "\n")
+    (tmp_path / "rollouts.csv").write_text(format_rollouts_csv(f.changes))
+    out = _json(capsys, ["regress", "--runs", str(tmp_path / "runs.csv"), "--json"])
+    kinds = {i["kind"]: i["message"] for i in out["issues"]}
+    assert f"of {len(f.records)} run(s) taken from" in kinds["joined"]
+    drv = out["rollouts"][0]
+    assert drv["attr"] == "driver" and drv["cause"] and drv["gpu_hours_per_week"] > 0
+    assert drv["overlap"] >= 20
+    imp = _json(capsys, ["impact", "--speedup", "1%", "--where", "driver>=570.158", "--runs",
+                         str(tmp_path / "runs.csv"), "--json"])
+    assert imp["runs_matched"] > 0 and imp["runs_without_usage"] == 0
