@@ -44,7 +44,12 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     # MINUTIAE_SLACK_WEBHOOK / MINUTIAE_WEBHOOK_URL (+ _SECRET): decisions to Slack / a webhook
     notifiers = notifiers_from_env(os.environ, clock, scheduler=be.name, dry_run=policy.dry_run,
                                    outbox_dir=Path(db).resolve().parent)
-    controller = Controller(Store(db), be, policy, clock, notifiers=notifiers)
+    from minutiae.controller.backtest_record import ReportRecorder
+
+    # MINUTIAE_RECORD=DIR: keep DIR/reports.jsonl for `minutiae backtest DIR`
+    record = os.environ.get("MINUTIAE_RECORD")
+    controller = Controller(Store(db), be, policy, clock, notifiers=notifiers,
+                            recorder=ReportRecorder(record) if record else None)
     app = make_app(controller, token, loop_interval=interval)
     mode = "DRY-RUN (nothing reaches the scheduler)" if controller.dry_run else "ACTING"
     print(f"minutiae serve: {mode}; backend {be.name}; policy {policy.source}; "

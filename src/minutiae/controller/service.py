@@ -18,6 +18,7 @@ from typing import Any
 
 from minutiae.actions.base import NodeSchedState, NodeState, SchedulerBackend
 from minutiae.clock import Clock
+from minutiae.controller.backtest_record import ReportRecorder
 from minutiae.controller.notify_base import Notifier
 from minutiae.controller.policy import Policy
 from minutiae.controller.reconcile import assess, reconcile, with_pause
@@ -55,7 +56,7 @@ class Counters:
 class Controller:
     def __init__(self, store: Store, backend: SchedulerBackend, policy: Policy, clock: Clock,
                  *, dry_run: bool | None = None, notifiers: Sequence[Notifier] = (),
-                 sched_ttl_s: float = 30.0) -> None:
+                 sched_ttl_s: float = 30.0, recorder: ReportRecorder | None = None) -> None:
         self.store = store
         self.backend = backend
         self.policy = policy
@@ -63,6 +64,7 @@ class Controller:
         self.dry_run = policy.dry_run if dry_run is None else dry_run
         self.notifiers = list(notifiers)
         self.sched_ttl_s = sched_ttl_s
+        self.recorder = recorder  # reports.jsonl for `minutiae backtest` (MINUTIAE_RECORD)
         self.counters = Counters()
         self.wake = threading.Event()
         self._lock = threading.Lock()        # reports and counters
@@ -117,6 +119,8 @@ class Controller:
             else:
                 self._domains.setdefault(rep.node, {})
             self._dirty.add(rep.node)
+        if self.recorder is not None:
+            self.recorder.record(rep, body)
         if rep.findings or rep.status is not Status.OK or (prev is not None and (
                 prev.findings or prev.status is not Status.OK)):
             self.wake.set()
