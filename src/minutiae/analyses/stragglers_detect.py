@@ -26,6 +26,8 @@ from minutiae.analyses.stragglers_types import Design
 
 #: per-step log-ratio bounds used for the slowdown estimate (a 1-step 10x pause counts as e^1)
 R_LOW, R_HIGH = -0.5, 1.0
+#: blocks up to this many steps keep excursion sums in the recursion loop (cheaper than gathers)
+SHORT_BLOCK = 4
 #: reference of the estimation-only CUSUM that dates large shifts (>= 6 sigma)
 ESTIMATOR_K = 3.0
 
@@ -107,24 +109,67 @@ class _Cusum:
         self.k, self.clip, self.h = np.float32(k), np.float32(clip), h
         self.s = np.zeros(n, dtype=np.float32)
         self.start = np.full(n, -1, dtype=np.int64)
-        self.sums = np.zeros((2, n))  # sum r, count over the current excursion
+        self.sum_r = np.zeros(n)  # sum of r over the current excursion
+        self.sum_n = np.zeros(n)  # samples in it
 
-    def run(self, z: np.ndarray, missing: np.ndarray) -> np.ndarray:
-        """The statistic (steps, ranks) over the block.
-
-        The recursion runs step by step with two in-place operations on rank-length rows (one
-        row stays in cache); a missing value adds nothing, so ``S`` is unchanged."""
+    def run(self, z: np.ndarray, missing: np.ndarray | None, r: np.ndarray,
+            ok: np.ndarray | None, cum: tuple[np.ndarray, np.ndarray],
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The statistic (steps, ranks) over the block; per rank the last block row where it
+        was 0 (-1: none); the sums of ``r`` and of samples over the excursion open at the end.
+        The recursion runs step by step with in-place operations on rank-length rows (one row
+        stays in cache); a missing value adds nothing."""
         stat = np.minimum(z, self.clip)
         np.maximum(stat, -self.clip, out=stat)
         stat -= self.k
-        np.copyto(stat, np.float32(0.0), where=missing)
+        if missing is not None:
+            np.copyto(stat, np.float32(0.0), where=missing)
+        last = np.full(stat.shape[1], -1, dtype=np.int64)
+        if stat.shape[0] > SHORT_BLOCK:
+            prev = self.s
+            for t in range(stat.shape[0]):
+                row = stat[t]
+                row += prev
+                np.maximum(row, 0.0, out=row)
+                np.copyto(last, t, where=row <= 0.0)
+                prev = row
+            return stat, last, *self._sums_after(last, cum)
+        # short blocks (streaming): keep the excursion sums inside the loop, no gathers
+        acc_r = self.sum_r.copy()
+        acc_n = self.sum_n.copy()
         prev = self.s
         for t in range(stat.shape[0]):
             row = stat[t]
             row += prev
             np.maximum(row, 0.0, out=row)
+            zero = row <= 0.0
+            np.copyto(last, t, where=zero)
+            acc_r += r[t]
+            acc_n += 1.0 if ok is None else ok[t]
+            np.copyto(acc_r, 0.0, where=zero)
+            np.copyto(acc_n, 0.0, where=zero)
             prev = row
-        return stat
+        return stat, last, acc_r, acc_n
+
+    def _sums_after(self, last: np.ndarray, cum: tuple[np.ndarray, np.ndarray],
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """Sums over the excursion open at the block end, from the block's running sums."""
+        j = np.maximum(last, 0)[None, :]
+        out = []
+        for c, carried in zip(cum, (self.sum_r, self.sum_n), strict=True):
+            since_zero = c[-1] - np.take_along_axis(c, j, axis=0)[0]
+            out.append(np.where(last >= 0, since_zero, carried + c[-1]))
+        return out[0], out[1]
+
+    def carry(self, stat: np.ndarray, last: np.ndarray, acc_r: np.ndarray, acc_n: np.ndarray,
+              steps: np.ndarray) -> None:
+        """State for the next block: the open excursion's start and sums."""
+        j = np.minimum(last + 1, steps.size - 1)
+        self.start = np.where(last >= 0, steps[j], self.start)
+        closed = stat[-1] <= 0.0
+        self.sum_r = np.where(closed, 0.0, acc_r)
+        self.sum_n = np.where(closed, 0.0, acc_n)
+        self.s = stat[-1].copy()
 
 
 def _running_sum(x: np.ndarray, out: np.ndarray) -> None:
@@ -174,91 +219,88 @@ class SeriesDetector:
     def update_ratio(self, r: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """Test log-ratios ``r`` (modified in place); returns the columns newly alarmed."""
         ok = np.isfinite(r)
-        missing = ~ok
-        np.copyto(r, np.float32(0.0), where=missing)
+        missing: np.ndarray | None = None if ok.all() else ~ok
+        if missing is not None:
+            np.copyto(r, np.float32(0.0), where=missing)
         z = r / self.sigma
         np.maximum(r, R_LOW, out=r)
         np.minimum(r, R_HIGH, out=r)
-        cum = np.empty((2, *r.shape), dtype=np.float32)  # running sum of r, count
-        _running_sum(r, cum[0])
-        if missing.any():
-            _running_sum(ok.astype(np.float32), cum[1])
+        n_steps, n_cols = r.shape
+        cum_r = np.empty(r.shape, dtype=np.float32)
+        _running_sum(r, cum_r)
+        if missing is None:
+            cum_n = np.broadcast_to(np.arange(1, n_steps + 1, dtype=np.float32)[:, None], r.shape)
         else:
-            cum[1] = np.arange(1, r.shape[0] + 1, dtype=np.float32)[:, None]
-        n_steps = r.shape[0]
-        # excursions still open at the block start begin at its first step when S was 0
-        for t in (*self.tests, self.estimator):
-            fresh_start = t.s <= 0.0
-            t.start[fresh_start] = steps[0]
-            t.sums[:, fresh_start] = 0.0
-        first = np.full(r.shape[1], n_steps, dtype=np.int64)
-        which = np.full(r.shape[1], -1, dtype=np.int8)
-        runs = []
-        for d, t in enumerate(self.tests):
-            stat = t.run(z, missing)
-            over = stat > t.h
-            hit = over.any(axis=0)
-            at = np.where(hit, over.argmax(axis=0), n_steps)
-            better = at < first
-            first[better], which[better] = at[better], d
-            runs.append(stat)
-        runs.append(self.estimator.run(z, missing))
+            cum_n = np.empty(r.shape, dtype=np.float32)
+            _running_sum(ok.astype(np.float32), cum_n)
+        tests = (*self.tests, self.estimator)
+        for t in tests:  # an excursion opening in this block starts at its first step
+            fresh = t.s <= 0.0
+            np.copyto(t.start, steps[0], where=fresh)
+        runs = [t.run(z, missing, r, None if missing is None else ok, (cum_r, cum_n))
+                for t in tests]
+        first = np.full(n_cols, n_steps, dtype=np.int64)
+        which = np.full(n_cols, -1, dtype=np.int8)
         waiting = self.alarm_step < 0
-        new = np.flatnonzero(waiting & (first < n_steps))
+        for d, t in enumerate(self.tests):
+            stat = runs[d][0]
+            cand = np.flatnonzero(waiting & (stat.max(axis=0) > t.h))
+            if cand.size:
+                at = (stat[:, cand] > t.h).argmax(axis=0)
+                better = at < first[cand]
+                first[cand[better]] = at[better]
+                which[cand[better]] = d
+        new = np.flatnonzero(first < n_steps)
+        cols = (cum_r, cum_n)
         if new.size:
             ta = first[new]
             det = which[new]
-            z_scale = self.sigma[new].astype(np.float64)
-            since, sums = self._excursion(self.tests[0], runs[0], ta, new, cum, steps)
+            since, sums = self._excursion(self.tests[0], runs[0][0], ta, new, cols, steps)
             for d in range(1, len(self.tests)):
-                s_d, u_d = self._excursion(self.tests[d], runs[d], ta, new, cum, steps)
+                s_d, u_d = self._excursion(self.tests[d], runs[d][0], ta, new, cols, steps)
                 pick = det == d
                 since[pick], sums[:, pick] = s_d[pick], u_d[:, pick]
             # a large shift is dated by the estimation-only CUSUM tuned to it (its k is closer
             # to half the shift, so pre-onset noise is not absorbed into the excursion)
-            est = runs[-1]
-            s_e, u_e = self._excursion(self.estimator, est, ta, new, cum, steps)
-            shift = u_e[0] / np.maximum(u_e[1], 1) / z_scale
+            est = runs[-1][0]
+            s_e, u_e = self._excursion(self.estimator, est, ta, new, cols, steps)
+            shift = u_e[0] / np.maximum(u_e[1], 1) / self.sigma[new].astype(np.float64)
             sharp = (est[ta, new] > 0) & (shift >= 2 * self.estimator.k)
             since[sharp], sums[:, sharp] = s_e[sharp], u_e[:, sharp]
             self.alarm_since[new] = since
-            self.alarm_sums[:, new] = sums + cum[:, -1, new] - cum[:, ta, new]
+            self.alarm_sums[0, new] = sums[0] + cum_r[-1, new] - cum_r[ta, new]
+            self.alarm_sums[1, new] = sums[1] + cum_n[-1, new] - cum_n[ta, new]
             self.alarm_det[new] = det
             self.alarm_score[new] = np.max(
-                [rs[ta, new] / tt.h for rs, tt in zip(runs[:-1], self.tests, strict=True)], axis=0)
+                [rs[0][ta, new] / tt.h for rs, tt in zip(runs, self.tests, strict=False)], axis=0)
             self.alarm_step[new] = steps[ta]
         old = np.flatnonzero(~waiting)
         if old.size:
-            self.alarm_sums[:, old] += cum[:, -1, old]
-        for stat, t in zip(runs, [*self.tests, self.estimator], strict=True):
-            s_end = stat[-1]
-            zero = stat <= 0.0
-            j_end = np.where(zero.any(axis=0), n_steps - 1 - zero[::-1].argmax(axis=0), -1)
-            open_ = s_end > 0.0
-            restart = open_ & (j_end >= 0)
-            cont = open_ & (j_end < 0)
-            jr = j_end[restart]
-            t.start[restart] = steps[np.minimum(jr + 1, n_steps - 1)]
-            t.sums[:, restart] = cum[:, -1, restart] - cum[:, jr, restart]
-            t.sums[:, cont] += cum[:, -1, cont]
-            t.sums[:, ~open_] = 0.0
-            t.s = s_end.astype(np.float32)
-        seen = ok.any(axis=0)
-        last_ok = n_steps - 1 - ok[::-1].argmax(axis=0)
-        self.last_step[seen] = steps[last_ok[seen]]
+            self.alarm_sums[0, old] += cum_r[-1, old]
+            self.alarm_sums[1, old] += cum_n[-1, old]
+        for (stat, last, acc_r, acc_n), t in zip(runs, tests, strict=True):
+            t.carry(stat, last, acc_r, acc_n, steps)
+        if missing is None:
+            self.last_step[:] = steps[-1]
+        else:
+            seen = ok.any(axis=0)
+            last_ok = n_steps - 1 - ok[::-1].argmax(axis=0)
+            self.last_step[seen] = steps[last_ok[seen]]
         return new
 
     @staticmethod
-    def _excursion(t: _Cusum, stat: np.ndarray, ta: np.ndarray,
-                   sel: np.ndarray, cum: np.ndarray, steps: np.ndarray,
+    def _excursion(t: _Cusum, stat: np.ndarray, ta: np.ndarray, sel: np.ndarray,
+                   cum: tuple[np.ndarray, np.ndarray], steps: np.ndarray,
                    ) -> tuple[np.ndarray, np.ndarray]:
         """First step and (sum r, n) of ``t``'s excursion open at block row ``ta``."""
         j = _last_zero(stat, ta, sel)
         inside = j >= 0
+        jj = np.maximum(j, 0)
         since = np.where(inside, steps[np.minimum(j + 1, steps.size - 1)], t.start[sel])
-        before = np.where(inside, cum[:, np.maximum(j, 0), sel], 0.0)
-        carry = np.where(inside, 0.0, t.sums[:, sel])
-        return since, cum[:, ta, sel] - before + carry
+        out = np.empty((2, sel.size))
+        for i, (c, carry) in enumerate(zip(cum, (t.sum_r, t.sum_n), strict=True)):
+            out[i] = c[ta, sel] - np.where(inside, c[jj, sel], 0.0) + np.where(inside, 0.0, carry[sel])
+        return since, out
 
     def alarms(self) -> Alarms:
         """The standard error of the mean log-ratio is the rank's calibrated noise over

@@ -230,3 +230,46 @@ def _meta(df: pl.DataFrame, ranks: np.ndarray, leaf_of: Mapping[str, str] | None
     if leaf_of:
         leaf = [leaf[i] or (leaf_of.get(node[i] or "") if node[i] else None) for i in range(n)]
     return tuple(node), gpu, stage, tuple(leaf)
+
+
+def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatrix | None:
+    """Streaming fast path for plain ``step,rank,seconds`` rows on a known rank axis (no
+    sections): a direct scatter into the matrix, with the same skips and warnings as
+    ``prepare`` for bad values, unknown ranks and duplicates. None when ``prepare`` is needed
+    (sections, or columns to normalise)."""
+    cols = set(df.columns)
+    if not {"step", "rank", "seconds"} <= cols or ("section" in cols and df["section"].drop_nulls()
+                                                  .cast(pl.String).str.strip_chars().ne("").any()):
+        return None
+    warnings: list[str] = []
+    step = df["step"].cast(pl.Int64, strict=False).fill_null(-1).to_numpy()
+    rank = df["rank"].cast(pl.Int64, strict=False).fill_null(-1).to_numpy()
+    sec = df["seconds"].cast(pl.Float64, strict=False).fill_null(np.nan).to_numpy()
+    good = (step >= 0) & (rank >= 0) & np.isfinite(sec) & (sec > 0) & (sec <= HUGE_SECONDS)
+    if not good.all():
+        warnings.append(f"{int((~good).sum())} of {good.size} rows with a missing, non-numeric, "
+                        f"zero, negative or implausible step/rank/duration skipped")
+        step, rank, sec = step[good], rank[good], sec[good]
+    if step.size == 0:
+        return None
+    ri = np.clip(np.searchsorted(ranks, rank), 0, ranks.size - 1)
+    known = ranks[ri] == rank
+    if not known.all():
+        warnings.append(f"rows of {np.unique(rank[~known]).size} rank(s) unseen during "
+                        "calibration skipped")
+        step, ri, sec = step[known], ri[known], sec[known]
+    if step.size and step.min() == step.max():
+        steps_u, si = step[:1], np.zeros(step.size, dtype=np.int64)
+    else:
+        steps_u, si = np.unique(step, return_inverse=True)
+    n_r = ranks.size
+    lin = si * n_r + ri
+    flat = np.full(steps_u.size * n_r, np.nan, dtype=np.float32)
+    flat[lin] = sec
+    dup = lin.size - int(np.count_nonzero(np.isfinite(flat)))
+    if dup:
+        warnings.append(f"{dup} duplicate (step, rank, section) rows: kept the last")
+    total = flat.reshape(steps_u.size, n_r)
+    n = (None,) * n_r
+    return TimingMatrix(steps_u, ranks, total, total, None, n, np.full(n_r, -1, dtype=np.int64),
+                        None, n, Basis.STEP, tuple(warnings))

@@ -15,8 +15,8 @@ import numpy as np
 import polars as pl
 
 from minutiae.analyses.stragglers import Options, StragglerAnalysis
-from minutiae.analyses.stragglers_prep import prepare
-from minutiae.analyses.stragglers_types import StragglerReport, Suspect
+from minutiae.analyses.stragglers_prep import prepare, prepare_steps
+from minutiae.analyses.stragglers_types import Basis, StragglerReport, Suspect
 from minutiae.errors import DataError
 
 
@@ -32,6 +32,7 @@ class StragglerStream:
         self.done_step = -1
         self.late_rows = 0
         self.seen: set[str] = set()
+        self.sections = False
 
     def feed(self, df: pl.DataFrame, final: bool = False) -> list[Suspect]:
         """Add rows; test every step now complete; return suspects not reported before."""
@@ -65,8 +66,12 @@ class StragglerStream:
             self.analysis = StragglerAnalysis(m.slice(0, self.options.warmup), self.options,
                                               self.where)
             self.ranks = m.ranks
+            self.sections = m.basis is not Basis.STEP
         else:
-            m = prepare(ready, self.where, self.leaf_of, ranks=self.ranks)
+            assert self.ranks is not None
+            fast = prepare_steps(ready, self.where, self.ranks) if not self.sections else None
+            m = fast if fast is not None else prepare(ready, self.where, self.leaf_of,
+                                                      ranks=self.ranks)
         fresh = self.analysis.update(m)
         self.done_step = max(self.done_step, int(m.steps[-1]))
         self.buffer = [rest] if rest.height else []
