@@ -1,0 +1,146 @@
+"""slownodes: peer comparison of passive telemetry with known injected slow GPUs/nodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from minutiae.analyses.slownodes import SlowOptions, analyse_telemetry, decode_reasons
+from minutiae.cli.main import main
+
+T0 = 1_767_225_600.0
+STEP = 300.0
+HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, SW_POWER_CAP, IDLE = 0x8, 0x20, 0x40, 0x4, 0x1
+
+
+def fleet_telemetry(seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    rng = np.random.default_rng(seed)
+    nodes = [f"gpu{i:03d}" for i in range(1, 17)]
+    times = T0 + STEP * np.arange(72)  # 6 h
+    n_t, n_g = times.size, 8
+    rows = []
+    for node in nodes:
+        clock = 1980 + rng.normal(0, 8, (n_t, n_g))
+        temp = 63 + rng.normal(0, 2, (n_t, n_g))
+        power = 640 + rng.normal(0, 15, (n_t, n_g))
+        reasons = np.where(rng.random((n_t, n_g)) < 0.03, SW_POWER_CAP, 0)
+        xmit = 160_000 * rng.uniform(0.95, 1.05, (n_t, n_g))
+        replay = np.zeros((n_t, n_g))
+        if node == "gpu003":                      # persistent straggler: whole node, no reason
+            clock /= 1.09
+        if node == "gpu007":                      # thermal throttle, GPU 3, 40 min from +2 h
+            win = slice(24, 32)
+            clock[win, 3] /= 1.125
+            temp[win, 3] = 89
+            reasons[win, 3] |= HW_SLOWDOWN | SW_THERMAL | HW_THERMAL
+        if node == "gpu010":                      # PCIe replays but full speed: evidence only
+            replay[:, 5] = np.cumsum(rng.poisson(20, n_t))
+        if node == "gpu012":                      # NIC rail 1 sends 40 % less for 1 h
+            xmit[36:48, 1] *= 0.6
+        if node == "gpu001":                      # a 10-minute dip: not persistent
+            clock[10:12, 2] /= 1.2
+        if node == "gpu014":                      # idle for 3 h: low clock, GpuIdle
+            clock[:36] = 345
+            reasons[:36] = IDLE
+        if node in ("gpu015", "gpu016", "gpu013", "gpu011"):   # another job, power-capped lower
+            clock *= 0.88
+        for g in range(n_g):
+            rows.append(pl.DataFrame({
+                "time": times, "node": node, "gpu": g, "sm_clock_mhz": clock[:, g].round(),
+                "power_w": power[:, g], "temp_c": temp[:, g].round(),
+                "clock_event_reasons": reasons[:, g].astype(np.int64),
+                "pcie_replay": replay[:, g].astype(np.int64), "nvlink_errors": 0,
+                "ib_xmit_mbps": xmit[:, g]}))
+    tel = pl.concat(rows)
+    fleet = pl.DataFrame({"node": nodes, "rack": [f"r{(i - 1) // 8}" for i in range(1, 17)],
+                          "sku": "H100-SXM5"})
+    jobs = pl.DataFrame({"job_id": ["7", "8"], "start": [str(T0 - 60), str(T0 - 60)],
+                         "end": [str(T0 + 86_400)] * 2,
+                         "nodes": [" ".join(n for n in nodes if n not in ("gpu011", "gpu013", "gpu015", "gpu016")),
+                                   "gpu011 gpu013 gpu015 gpu016"]})
+    return tel, fleet, jobs
+
+
+def test_finds_exactly_the_injected_ones_with_evidence() -> None:
+    tel, fleet, jobs = fleet_telemetry()
+    report = analyse_telemetry(tel, fleet, jobs)
+    got = {(f.node, f.gpu, f.scope, f.metric) for f in report.findings}
+    assert got == {("gpu003", None, "node", "sm_clock"), ("gpu007", 3, "gpu", "sm_clock"),
+                   ("gpu012", 1, "link", "ib_xmit")}
+    by = {(f.node, f.metric): f for f in report.findings}
+    thermal = by[("gpu007", "sm_clock")]
+    assert thermal.duration_s == pytest.approx(40 * 60)
+    assert thermal.deficit == pytest.approx(0.111, abs=0.01)
+    assert thermal.reasons == ("HW slowdown", "SW thermal slowdown", "HW thermal slowdown")
+    assert thermal.evidence.startswith("GPU 3 on node gpu007 ran 11% below its peers' SM clock "
+                                       "for 40 min, HW slowdown, SW thermal slowdown, HW thermal "
+                                       "slowdown active, +26 C vs peers")
+    assert thermal.start == T0 + 24 * STEP and thermal.time == thermal.start + 1800
+    node = by[("gpu003", "sm_clock")]
+    assert node.evidence.startswith("all 8 GPUs on node gpu003 ran 8% below their peers' SM clock "
+                                    "for 6.0 h, no clock-event reason reported")
+    link = by[("gpu012", "ib_xmit")]
+    assert link.deficit == pytest.approx(0.4, abs=0.03) and link.duration_s == 3600
+    assert 0.002 < report.noise < 0.006
+
+
+def test_peers_are_the_same_job_else_more_false_alarms() -> None:
+    tel, fleet, jobs = fleet_telemetry()
+    without_jobs = analyse_telemetry(tel, fleet, None)
+    nodes = {f.node for f in without_jobs.findings if f.scope == "node"}
+    assert {"gpu011", "gpu013"} <= nodes  # the power-capped job looks slow against the rack
+
+
+def test_options_and_decoding() -> None:
+    tel, fleet, jobs = fleet_telemetry()
+    short = analyse_telemetry(tel, fleet, jobs, SlowOptions(min_duration=600))
+    assert ("gpu001", 2) in {(f.node, f.gpu) for f in short.findings}
+    assert decode_reasons(0x48) == ["HW slowdown", "HW thermal slowdown"]
+
+
+def test_cli_on_a_dataset_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tel, fleet, jobs = fleet_telemetry()
+    tel.write_parquet(tmp_path / "telemetry.parquet")
+    fleet.write_csv(tmp_path / "fleet.csv")
+    jobs.write_csv(tmp_path / "jobs.csv")
+    rc = main(["slownodes", str(tmp_path), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1 and doc["gpus"] == 128 and doc["nodes"] == 16
+    first = doc["suspects"][0]
+    assert {"node", "gpu", "scope", "metric", "deficit", "evidence", "start", "end"} <= set(first)
+    assert {s["node"] for s in doc["suspects"]} == {"gpu003", "gpu007", "gpu012"}
+    rc = main(["slownodes", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 1 and "- GPU 3 on node gpu007 ran 11% below" in out
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    (lambda d: None, "missing telemetry file"),
+    (lambda d: (d / "telemetry.parquet").write_bytes(b"PAR1garbage"), "unreadable telemetry"),
+    (lambda d: pl.DataFrame({"time": [1.0], "node": ["a"]}).write_parquet(d / "telemetry.parquet"),
+     "missing column(s) gpu, sm_clock_mhz"),
+    (lambda d: (pl.DataFrame({"time": [1.0], "node": ["a"], "gpu": [0], "sm_clock_mhz": [1.0]})
+                .write_parquet(d / "telemetry.parquet"), (d / "jobs.csv").write_text("x,y\n1,2\n")),
+     "needs columns nodes, start, end, job_id"),
+])
+def test_bad_datasets(tmp_path: Path, capsys: pytest.CaptureFixture[str], setup, message: str) -> None:  # type: ignore[no-untyped-def]
+    setup(tmp_path)
+    rc = main(["slownodes", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 3 and message in err and str(tmp_path) in err and "Traceback" not in err
+
+
+def test_needs_exactly_one_source(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["slownodes"]) == 3
+    assert "one of them" in capsys.readouterr().err
+
+
+def test_all_idle_is_not_ok_but_said() -> None:
+    tel, _, _ = fleet_telemetry()
+    idle = tel.with_columns(pl.lit(IDLE).alias("clock_event_reasons"))
+    report = analyse_telemetry(idle)
+    assert report.findings == () and report.warnings == ("no busy samples: nothing to compare",)
