@@ -262,3 +262,18 @@ def test_driver_sees_fewer_gpus_than_the_pcie_bus(realdata: Path, sysroot: Path)
     assert [(f.rule, f.message) for f in gpu.findings if f.kind == "gpu_missing"] == [
         ("gpu.count-pcie", "7 GPU(s) visible to the driver, 8 NVIDIA GPUs on the PCIe bus")]
     assert r.action is Action.REBOOT
+
+
+def test_ib_check_from_an_ibstat_capture(realdata: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cap = realdata / "infiniband" / "gpud" / "ibstat.47.0.h100.some.down.with.polling.1"
+    rc = main(["check", "--json", "--checks", "ib", "--ibstat", str(cap), "--node", "n"])
+    doc = json.loads(capsys.readouterr().out)
+    ib = doc["checks"][0]
+    assert rc == 2 and ib["status"] == "critical"
+    assert sorted((f["kind"], f["component"]) for f in ib["findings"]) == [
+        ("ib_port_down", "ib:mlx5_11/1"), ("ib_port_down", "ib:mlx5_5/1")]
+    assert doc["action"] == "inspect" and doc["drain"] is True
+    panic = realdata / "infiniband" / "gpud" / "ibstat.39.0.a100.failed.ibpanic.exit-255.0"
+    rc = main(["check", "--json", "--checks", "ib", "--ibstat", str(panic), "--node", "n"])
+    ib = json.loads(capsys.readouterr().out)["checks"][0]
+    assert rc == 3 and ib["status"] == "unknown" and "ibpanic" in ib["reason"]

@@ -46,13 +46,15 @@ class CheckConfig:
     ``kmsg=None`` skips the kernel-log check (the CLI does that when it is pointed at captures
     without ``--kmsg``). ``expected_gpus``/``expected_driver`` turn on the GPU-count and driver
     rules. ``nvml`` injects a ``pynvml``-like module (tests); ``use_nvml=False`` never loads it.
-    ``checks`` limits the groups run (default: all of ``CHECKS``).
+    ``checks`` limits the groups run (default: all of ``CHECKS``). ``ibstat`` (an ``ibstat`` or
+    ``ibstatus`` capture) replaces sysfs for the IB check.
     """
 
     sysfs_root: Path = Path("/sys")
     kmsg: Path | None = Path("/dev/kmsg")
     nvidia_smi_xml: Path | None = None
     dcgm: str | None = None
+    ibstat: Path | None = None
     expected_gpus: int | None = None
     expected_driver: str | None = None
     state_file: Path | None = None
@@ -147,7 +149,7 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
     if "gpu" in cfg.checks:
         groups["gpu"] = check_gpu(cfg, now)
     if "ib" in cfg.checks:
-        groups["ib"] = check_ib(cfg.sysfs_root, now)
+        groups["ib"] = check_ib(cfg.sysfs_root, now, cfg.ibstat)
     if "pcie" in cfg.checks:
         groups["pcie"] = check_pcie(cfg.sysfs_root, now)
 

@@ -67,13 +67,20 @@ def check_gpu(cfg: CheckConfig, now: float) -> Group:
     return _group(snap, now)
 
 
-def check_ib(sysfs_root: Path, now: float) -> Group:
-    from minutiae.sources.sysfs_ib import read_sysfs_ib
-
+def check_ib(sysfs_root: Path, now: float, ibstat: Path | None = None) -> Group:
+    """IB ports from sysfs, or from an ``ibstat``/``ibstatus`` capture when one is given."""
     try:
+        if ibstat is not None:
+            from minutiae.sources.ibstat import read_ibstat_file
+
+            return _group(read_ibstat_file(ibstat), now)
+        from minutiae.sources.sysfs_ib import read_sysfs_ib
+
         return _group(read_sysfs_ib(sysfs_root, now), now)
     except SourceUnavailable as exc:
         return [], _unknown("ib", exc.reason), []
+    except MinutiaeError as exc:
+        return [], _unknown("ib", str(exc)), []
 
 
 def check_pcie(sysfs_root: Path, now: float) -> Group:
