@@ -219,13 +219,26 @@ def test_storm_trips_the_breaker_and_the_budget_is_never_exceeded(slurm, tmp_pat
         time.sleep(1.5)
         assert [n for n in NODES if drained(slurm, n)] == before
         assert httpx.post(f"{ctl.url}/v1/unpause").status_code == 401   # no token: refused
-        httpx.post(f"{ctl.url}/v1/unpause", headers=ctl.headers).raise_for_status()
+        tok = tmp_path / "token"
+        tok.write_text(TOKEN + "\n")
+        cli = [sys.executable, "-m", "minutiae.cli.main"]
+        bad = subprocess.run([*cli, "unpause", "--controller", ctl.url, "--token-file",
+                              str(tmp_path / "absent")], capture_output=True, text=True,
+                             timeout=30)
+        assert bad.returncode == 3 and "absent: cannot read token" in bad.stderr
+        ok = subprocess.run([*cli, "unpause", "--controller", ctl.url, "--token-file", str(tok)],
+                            capture_output=True, text=True, timeout=30)
+        assert ok.returncode == 0 and ok.stdout.startswith("unpaused"), ok.stderr
         wait_for(lambda: len([n for n in storm if drained(slurm, n)]) == 3,
                  what="3 drained after unpause")
         for n in storm:
             post(ctl, n, [XID79], rack=f"r{n}")
         time.sleep(1.5)
         assert len([n for n in NODES if drained(slurm, n)]) == 3     # 10 % of 32, never more
+        table = subprocess.run([*cli, "nodes", "--controller", ctl.url], capture_output=True,
+                               text=True, timeout=30).stdout.splitlines()
+        ours = [ln.split()[0] for ln in table[1:] if ln.split()[3] == "yes"]
+        assert sorted(ours) == sorted(n for n in NODES if drained(slurm, n))
         audit = httpx.get(f"{ctl.url}/v1/audit", params={"limit": 500}).json()
         checks = {a["budget"]["check"] for a in audit if a["action"] == "hold"}
         assert {"storm", "global"} <= checks
