@@ -16,6 +16,7 @@ from minutiae.controller.service import Controller
 from minutiae.controller.state import FleetState, NodeView, Verb
 from minutiae.controller.store import Store
 from minutiae.controller.wire import report_from_json
+from minutiae.model import Action
 from minutiae.testing import FakeClock
 from minutiae.testing.backends import RecordingBackend
 
@@ -228,3 +229,28 @@ def test_wire_parser_never_crashes_on_garbage():
             report_from_json(d, 0.0)
 
     run()
+
+
+def test_real_kernel_log_capture_drains_through_the_policy(realdata, tmp_path):
+    """A real dmesg with XID 119 (GSP timeout) read by the real node checks, sent as the agent
+    would: the controller drains with the rule that matched and the captured line as evidence."""
+    from minutiae.checks.node import CheckConfig, run_check
+
+    log = realdata / "kernel_logs/gpud/components_accelerator_nvidia_xid__dmesg-with-xid-119.log"
+    if not log.exists():
+        pytest.skip(f"missing {log}")
+    clock = FakeClock()
+    rep = run_check(CheckConfig(sysfs_root=tmp_path / "nosys", kmsg=log, use_nvml=False,
+                                node="gpu020", checks=("kernel_log",)), clock)
+    backend = RecordingBackend(name="slurm")
+    ctl = Controller(Store(tmp_path / "k.db"), backend, ACT, clock)
+    for i in range(1, 31):
+        backend.add_node(f"gpu{i:03d}")
+        ctl.ingest(report(f"gpu{i:03d}"))
+    ctl.ingest({**rep.to_json(), "domains": {"rack": "r9"}})
+    [d] = ctl.step().acting()
+    assert (d.node, d.action, d.rule, d.step) == ("gpu020", Verb.DRAIN, "needs-remediation",
+                                                  Action.RESET_GPU)
+    assert any(e.startswith("[error/reset_gpu] xid 119") and "NVRM: Xid" in e
+               for e in d.evidence)
+    assert backend.nodes["gpu020"].reason == d.reason

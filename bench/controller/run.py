@@ -246,15 +246,18 @@ def bench_replay(quick: bool) -> None:
 
 def bench_agent(quick: bool) -> None:
     xml = REALDATA / "nvidia_smi/telegraf/a100-sxm4-v12.xml"
-    print("\n== agent footprint at a 10 s interval ==")
-    if not xml.exists():
-        print(f"skipped: missing {xml}")
-        return
+    kern = REALDATA / "kernel_logs/gpud/pkg_dmesg__dmesg.decode.iso.log.1"   # 250 KB real log
+    print("\n== agent footprint at a 10 s interval (gpu from a captured nvidia-smi XML, "
+          "ib+pcie from this /sys, kernel log from a 250 KB real dmesg) ==")
+    for f in (xml, kern):
+        if not f.exists():
+            print(f"skipped: missing {f}")
+            return
     secs = 30 if quick else 120
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         argv = [sys.executable, "-m", "minutiae.cli.main", "agent", "--node", "gpu099",
-                "--nvidia-smi-xml", str(xml), "--no-nvml", "--checks", "gpu,ib,pcie",
+                "--nvidia-smi-xml", str(xml), "--no-nvml", "--kmsg", str(kern),
                 "--state-dir", f"{tmp}/s", "--metrics-listen", f"127.0.0.1:{port}",
                 "--interval", "10"]
         agent = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -199,7 +199,8 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
     async def audit(node: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         if node is not None:
             validate_node(node)
-        return [r.to_json() for r in controller.store.audit(node=node, limit=min(limit, 10000))]
+        return [r.to_json() for r in controller.store.audit(node=node,
+                                                             limit=max(1, min(limit, 10000)))]
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:
