@@ -26,6 +26,7 @@ from enum import Enum
 from pathlib import Path
 
 from minutiae.checks.node import status_of
+from minutiae.controller.backtest_record import RECORD_HEARTBEAT_S
 from minutiae.controller.backtest_signals import (
     TimedFinding,
     drains_somewhere,
@@ -250,7 +251,9 @@ def load_recorded(root: Path, *, maintenance_window_s: float = 1800.0,
     events.sort(key=lambda e: (e.time, e.node, e.kind.value))
     nodes = tuple(sorted({e.node for e in events} | set(domains)))
     start = min(e.time for e in events)
-    end = max(e.time for e in events)
+    # the recorder writes every node at least once a minute while it runs, so the last report
+    # still held for a minute after the last line
+    end = max(e.time for e in events) + RECORD_HEARTBEAT_S
     return History(str(root), files.RECORDED, start, end, nodes, domains, tuple(events),
                    tuple(windows), honour_maintenance=honour_maintenance)
 

@@ -21,6 +21,8 @@ from typing import IO, Any
 from minutiae.controller.state import Report
 
 log = logging.getLogger("minutiae.record")
+#: a node's report is written at least this often while it reports (and on every change)
+RECORD_HEARTBEAT_S = 60.0
 
 
 def _signature(rep: Report) -> tuple[object, ...]:
@@ -32,7 +34,7 @@ def _signature(rep: Report) -> tuple[object, ...]:
 class ReportRecorder:
     """Appends reports to ``directory/reports.jsonl`` (see the module docstring)."""
 
-    def __init__(self, directory: str | Path, heartbeat_s: float = 60.0) -> None:
+    def __init__(self, directory: str | Path, heartbeat_s: float = RECORD_HEARTBEAT_S) -> None:
         self.path = Path(directory) / "reports.jsonl"
         self.heartbeat_s = heartbeat_s
         self.written = 0
