@@ -25,14 +25,14 @@ from minutiae.errors import DataError, MinutiaeError, ParseError
 T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z
 HOUR = 3600.0
 XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
-# a real application XID line (realdata/kernel_logs, ml-engineering capture)
-XID13 = ("NVRM: Xid (PCI:0000:38:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Global "
-         "Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors")
+# an application XID (the driver's Xid 13 wording): must never drain on its own
+XID13 = ("NVRM: Xid (PCI:0000:38:00): 13, pid=4242, name=python3, Graphics SM Warp Exception "
+         "on (GPC 0, TPC 1, SM 0): Out Of Range Address")
 BOOT = "Linux version 5.15.0-105-generic (buildd@lcy02-amd64-080) #115-Ubuntu SMP"
 
 
 def kline(t: float, msg: str, level: str = "err") -> str:
-    """A line in the `dmesg --time-format iso -x` style of the real capture."""
+    """A line in the `dmesg --time-format iso -x` style (facility, level, ISO time)."""
     from datetime import UTC, datetime
 
     stamp = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S,%f+00:00")
