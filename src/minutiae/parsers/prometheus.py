@@ -26,21 +26,22 @@ DCGM_COLUMNS: dict[str, tuple[str, ...]] = {
 NODE_LABELS = ("Hostname", "hostname", "node", "instance")
 
 
-def _value(v: Any) -> float:
+def _value(v: Any) -> float | None:
+    """A sample value; NaN, +-Inf (Prometheus' stale markers and gaps) and junk -> None."""
     try:
         x = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return x if math.isfinite(x) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if math.isfinite(x) else None
 
 
 def matrix_rows(result: list[dict[str, Any]], column: str, where: str) -> pl.DataFrame:
     """``time,node,gpu,<column>`` rows of a matrix result; series without a node or GPU label
     are skipped (a dcgm-exporter series always has both)."""
-    times: list[float] = []
+    times: list[float | None] = []
     nodes: list[str] = []
     gpus: list[int] = []
-    values: list[float] = []
+    values: list[float | None] = []
     for s in result:
         labels = s.get("metric") if isinstance(s, dict) else None
         if not isinstance(labels, dict):
@@ -61,9 +62,10 @@ def matrix_rows(result: list[dict[str, Any]], column: str, where: str) -> pl.Dat
             nodes.append(node)
             gpus.append(gpu)
             values.append(_value(pair[1]))
-    return pl.DataFrame({"time": times, "node": nodes, "gpu": gpus, column: values},
-                        schema={"time": pl.Float64, "node": pl.String, "gpu": pl.Int64,
-                                column: pl.Float64})
+    df = pl.DataFrame({"time": times, "node": nodes, "gpu": gpus, column: values},
+                      schema={"time": pl.Float64, "node": pl.String, "gpu": pl.Int64,
+                              column: pl.Float64})
+    return df.filter(pl.col("time").is_not_null())
 
 
 def dcgm_telemetry(results: dict[str, list[dict[str, Any]]], where: str) -> pl.DataFrame:
