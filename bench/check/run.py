@@ -84,6 +84,11 @@ _HWM = ("import atexit, os, sys\n"
         "atexit.register(_hwm)\n")
 
 
+#: children run with bytecode caching, as an installed deployment does (pip writes .pyc files);
+#: the cache goes to a temporary prefix, never into the source tree. Set by ``main``.
+CHILD_ENV: dict[str, str] = {}
+
+
 def measure(code: str, args: list[str]) -> tuple[float, float, float]:
     """(cpu seconds, peak RSS MiB, wall seconds) of one child running ``code``.
 
@@ -95,7 +100,7 @@ def measure(code: str, args: list[str]) -> tuple[float, float, float]:
     argv = [sys.executable, "-c", _HWM + code, *args]
     t0 = time.perf_counter()
     try:
-        pid = os.posix_spawn(argv[0], argv, dict(os.environ),
+        pid = os.posix_spawn(argv[0], argv, CHILD_ENV or dict(os.environ),
                              file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, w, 3)])
         os.close(w)
         hwm = b""
@@ -146,6 +151,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--lines", type=int, default=100_000)
+    ap.add_argument("--no-bytecode-cache", action="store_true",
+                    help="compile every module at every start (PYTHONDONTWRITEBYTECODE=1)")
     a = ap.parse_args()
     if not REAL.exists():
         raise SystemExit(f"missing {REAL} (../shared is not beside this clone)")
@@ -153,6 +160,13 @@ def main() -> None:
         args = build(Path(d), a.lines)
         state = Path(args[args.index("--state-file") + 1])
         cli = "from minutiae.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
+        CHILD_ENV.update({k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+        CHILD_ENV["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")
+        if not a.no_bytecode_cache:
+            for code in ("import minutiae.cli.main", cli):  # warm the bytecode cache
+                measure(code, args)
+        else:
+            CHILD_ENV["PYTHONDONTWRITEBYTECODE"] = "1"
         base = median_of("pass", [], a.repeats)
         imp = median_of("import minutiae.cli.main", [], a.repeats)
         colds = []
@@ -163,7 +177,8 @@ def main() -> None:
         steady = median_of(cli, args, a.repeats)  # the state file now holds the kmsg cursor
         ip_cold, ip_steady = in_process(args, a.repeats)
     print(f"minutiae check cycle: H100 sysfs snapshot (9 IB ports) + 16 PCIe devices + 8x H100 nvidia-smi -q "
-          f"+ {a.lines:,}-line kmsg; median of {a.repeats} runs, 1 core")
+          f"+ {a.lines:,}-line kmsg; median of {a.repeats} runs, 1 core, bytecode cache "
+          f"{'off' if a.no_bytecode_cache else 'on'}")
     print(f"{'what':<58}{'CPU ms':>9}{'peak RSS MiB':>14}{'wall ms':>9}")
     rows = (("python -c pass (baseline)", base),
             ("python -c 'import minutiae.cli.main'", imp),
