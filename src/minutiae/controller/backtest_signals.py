@@ -1,7 +1,8 @@
 """What the agent would have reported, rebuilt from a simulated node's files (pure).
 
 - kern.log → events with the shipped kernel-log rules (plus one boot rule, ``Linux version``)
-  → findings. A kernel-log finding stays in the node's reports until the node boots again
+  → findings with the node checks' own mapping (``checks.logrules``: rule severity/action, the
+  XID/SXID catalogs, Xid 45 following the previous Xid). A kernel-log finding stays in the node's reports until the node boots again
   (the agent reads the kernel log since boot; events are not conditions, the reboot is what
   ends them). Repeats of the same (kind, code, device) keep one finding, the latest.
 - ib.csv (a change log of sysfs counters and port state) → the sysfs-IB parser's observations
@@ -17,9 +18,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from minutiae.checks.catalog import LogRule, kernel_log_rules, sxid_catalog, xid_catalog
+from minutiae.checks.catalog import LogRule, kernel_log_rules
 from minutiae.checks.counters import Context, CounterRule, counter_rules, evaluate
-from minutiae.model import Action, Finding, LogEvent, Severity
+from minutiae.checks.logrules import LogFindingMapper
+from minutiae.model import Action, Finding, Severity
 from minutiae.parsers.kernel_log import KernelLogParser
 from minutiae.parsers.snapshot import SnapshotBuilder
 from minutiae.parsers.sysfs_ib import ib_component, parse_ib_port
@@ -47,40 +49,12 @@ def _parser(year: int | None) -> KernelLogParser:
     return KernelLogParser((*kernel_log_rules(), BOOT_RULE), year=year)
 
 
-@cache
-def _rules_by_id() -> dict[str, LogRule]:
-    return {r.id: r for r in kernel_log_rules()}
-
-
-def _finding(ev: LogEvent) -> Finding:
-    """The finding of one kernel-log event: severity/action from its rule, or from the XID/SXID
-    catalog by code for catalog rules (the node checks' mapping)."""
-    rule = _rules_by_id().get(str(ev.attrs.get("rule", "")))
-    sev, act, name = Severity.WARNING, Action.NONE, ""
-    if rule is not None:
-        sev, act = rule.severity, rule.action
-        if rule.catalog in ("xid", "sxid"):
-            cat = xid_catalog() if rule.catalog == "xid" else sxid_catalog()
-            entry = cat.get(ev.code)
-            if entry is None:
-                sev, act = cat.unknown_severity, cat.unknown_action
-            else:
-                sev, act, name = entry.severity, entry.action, entry.name
-                for pattern, o_sev, o_act in entry.overrides:
-                    if pattern.search(ev.message):
-                        sev, act = o_sev, o_act
-                        break
-    message = f"{ev.kind} {ev.code} ({name})" if ev.code is not None and name else ev.message
-    return Finding(kind=ev.kind, severity=sev, action=act, message=message[:300], code=ev.code,
-                   pci=ev.pci, line=ev.line[:500], line_no=ev.line_no, time=ev.time,
-                   rule=str(ev.attrs.get("rule")) if rule is not None else None)
-
-
 def log_signals(data: bytes, year: int | None) -> tuple[list[TimedFinding], list[float]]:
     """``(findings with times, boot times)`` of one kernel log; lines without a wall-clock time
     (raw dmesg uptimes) cannot be placed and are skipped."""
     findings: list[TimedFinding] = []
     boots: list[float] = []
+    mapper = LogFindingMapper()  # the node checks' own mapping (catalogs, Xid 45 follows …)
     for ev in _parser(year).parse_chunks([data]):
         if ev.time is None:
             continue
@@ -88,7 +62,7 @@ def log_signals(data: bytes, year: int | None) -> tuple[list[TimedFinding], list
         if ev.kind == "boot":
             boots.append(t)
         else:
-            findings.append(TimedFinding(t, _finding(ev)))
+            findings.append(TimedFinding(t, mapper.finding(ev)))
     return findings, boots
 
 
