@@ -254,3 +254,21 @@ def test_real_kernel_log_capture_drains_through_the_policy(realdata, tmp_path):
     assert any(e.startswith("[error/reset_gpu] xid 119") and "NVRM: Xid" in e
                for e in d.evidence)
     assert backend.nodes["gpu020"].reason == d.reason
+
+
+def test_reports_survive_a_restart_with_their_arrival_time(tmp_path):
+    clock = FakeClock()
+    backend = RecordingBackend(name="slurm")
+    backend.add_node("gpu001")
+    ctl = Controller(Store(tmp_path / "r.db"), backend, ACT, clock)
+    body = {**report("gpu001", [XID79]), "agent": {"seq": 9, "age_s": 30.0}}
+    rep = ctl.ingest(body)
+    assert rep.time == clock.now() - 30.0
+    ctl.step()                                    # written behind at the step
+    clock.advance(50)
+    ctl2 = Controller(Store(tmp_path / "r.db"), backend, ACT, clock)
+    assert ctl2._reports["gpu001"].time == rep.time
+    assert [f.code for f in ctl2._reports["gpu001"].findings] == [79]
+    older = {**report("gpu001"), "agent": {"age_s": 120.0}}      # from an outbox: older
+    ctl2.ingest(older)
+    assert ctl2._reports["gpu001"].findings                      # the newer one is kept

@@ -144,8 +144,8 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
 
     @app.post("/v1/reports", status_code=202, dependencies=[Depends(auth)],
               summary="An agent's report (verdict + findings) for one node")
-    async def post_report(report: ReportIn) -> dict[str, Any]:
-        rep = controller.ingest(report.model_dump())
+    async def post_report(report: ReportIn, request: Request) -> dict[str, Any]:
+        rep = controller.ingest(report.model_dump(), await request.body())
         m_reports.inc()
         return {"node": rep.node, "accepted": True, "received": rep.time}
 

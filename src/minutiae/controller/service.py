@@ -70,7 +70,9 @@ class Controller:
         self._lock = threading.Lock()        # reports and counters
         self._mem_lock = threading.RLock()   # memory (step vs pause/unpause)
         self._reports: dict[str, Report] = {}
-        self._raw: dict[str, dict[str, Any]] = {}
+        self._raw: dict[str, Mapping[str, Any]] = {}
+        self._raw_text: dict[str, bytes | None] = {}
+        self._views: dict[str, NodeView] = {}
         self._domains: dict[str, dict[str, str]] = {}
         self._dirty: set[str] = set()
         self._sched: dict[str, tuple[NodeState | None, float]] = {}
@@ -82,6 +84,7 @@ class Controller:
             except (MinutiaeError, ValueError) as exc:
                 self.problem(f"stored report of {node} unreadable, ignored: {exc}")
                 continue
+            rep = replace(rep, time=received)  # as dated when it arrived (age already applied)
             self._reports[node], self._raw[node] = rep, body
             self._domains[node] = dom or json.loads(domains)
         self.memory: ControllerMemory = store.load_memory()
@@ -99,8 +102,10 @@ class Controller:
             self.counters.problems.append((self.clock.now(), text))
 
     # ---- ingest --------------------------------------------------------------------------
-    def ingest(self, body: Mapping[str, Any]) -> Report:
-        """Validate and keep one agent report; wakes the loop when it may change a decision."""
+    def ingest(self, body: Mapping[str, Any], raw: bytes | None = None) -> Report:
+        """Validate and keep one agent report; wakes the loop only when the report changes
+        what the node looks like to the policy (status or findings), so a fleet of steadily
+        warning nodes does not keep the loop busy. ``raw`` (the request body) is stored as is."""
         try:
             rep, domains = report_from_json(body, self.clock.now())
         except MinutiaeError:
@@ -113,7 +118,8 @@ class Controller:
             if prev is not None and prev.time > rep.time:
                 return rep  # an older report (from an agent's outbox): history, not state
             self._reports[rep.node] = rep
-            self._raw[rep.node] = dict(body)
+            self._raw[rep.node] = body
+            self._raw_text[rep.node] = raw
             if domains:
                 self._domains[rep.node] = domains
             else:
@@ -121,8 +127,7 @@ class Controller:
             self._dirty.add(rep.node)
         if self.recorder is not None:
             self.recorder.record(rep, body)
-        if rep.findings or rep.status is not Status.OK or (prev is not None and (
-                prev.findings or prev.status is not Status.OK)):
+        if prev is None or _signature(prev) != _signature(rep):
             self.wake.set()
         return rep
 
@@ -187,8 +192,8 @@ class Controller:
         with self._lock:
             reports = dict(self._reports)
             domains = dict(self._domains)
-            dirty = [(n, reports[n].time, json.dumps(self._raw[n]), json.dumps(domains[n]))
-                     for n in self._dirty]
+            dirty = [(n, reports[n].time, _text(self._raw_text.get(n), self._raw[n]),
+                      json.dumps(domains[n])) for n in self._dirty]
             self._dirty.clear()
         try:
             self.store.save_reports(dirty)
@@ -199,8 +204,13 @@ class Controller:
             interesting = {n for n, r in reports.items()
                            if r.findings or r.status is not Status.OK} | set(mem.nodes)
             states = self._states(sorted(reports), interesting, now)
-            views = {n: NodeView(n, r, states[n], domains.get(n, {})) for n, r in reports.items()}
-            plan = reconcile(FleetState(views, mem, self.scheduler), self.policy, now)
+            views = self._views
+            for n, r in reports.items():  # rebuild only the views that changed
+                v = views.get(n)
+                st = states[n]
+                if v is None or v.report is not r or v.sched is not st:
+                    views[n] = NodeView(n, r, st, domains.get(n, {}))
+            plan = reconcile(FleetState(dict(views), mem, self.scheduler), self.policy, now)
             ids = self.store.begin_batch(plan.memory, mem, plan.decisions, self.dry_run)
             self.memory = plan.memory
         acting = [d for d in plan.decisions if d.action is not Verb.HOLD]
@@ -383,3 +393,18 @@ class Controller:
         return {"node": node, "why": why, "state": row, "health": a.health.value,
                 "current_evidence": list(a.evidence), "last_action": last, "last_hold": hold,
                 "undo": last["undo"] if last else None, "history": history}
+
+
+def _signature(r: Report) -> tuple[object, ...]:
+    """What the policy can see of a report, minus its time."""
+    return (r.status, r.unknown, tuple((f.kind, f.code, f.severity, f.action, f.component,
+                                        f.pci) for f in r.findings))
+
+
+def _text(raw: bytes | None, body: Mapping[str, Any]) -> str:
+    if raw is not None:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return json.dumps(body)
