@@ -161,11 +161,11 @@ def main() -> None:
         state = Path(args[args.index("--state-file") + 1])
         cli = "from minutiae.cli.main import main\nsys.exit(main(sys.argv[1:]))\n"
         CHILD_ENV.update({k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
-        CHILD_ENV["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")
         if not a.no_bytecode_cache:
+            CHILD_ENV["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")
             for code in ("import minutiae.cli.main", cli):  # warm the bytecode cache
                 measure(code, args)
-        else:
+        else:  # installed .pyc files of the stdlib and site-packages are used, ours are not
             CHILD_ENV["PYTHONDONTWRITEBYTECODE"] = "1"
         base = median_of("pass", [], a.repeats)
         imp = median_of("import minutiae.cli.main", [], a.repeats)
