@@ -60,8 +60,9 @@ def test_device_kind() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(st.dictionaries(st.sampled_from(["current_link_speed", "current_link_width", "max_link_speed",
-                                        "max_link_width", "class", "vendor"]),
-                       st.one_of(st.none(), st.text(max_size=30))))
+                                        "max_link_width", "class", "vendor", "aer_dev_correctable",
+                                        "aer_dev_fatal", "aer_dev_nonfatal"]),
+                       st.one_of(st.none(), st.text(max_size=60))))
 def test_parser_never_crashes(files: dict[str, str | None]) -> None:
     b = SnapshotBuilder("fuzz")
     parse_pcie_device(b, "0000:44:00.0", files, "/sys/bus/pci/devices/0000:44:00.0")
