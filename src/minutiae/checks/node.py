@@ -5,11 +5,14 @@ Sources are chosen by ``CheckConfig``; each check group becomes one ``CheckResul
 
 - ``gpu``: NVML, or ``nvidia_smi_xml`` (XML or ``-q`` text capture) and/or ``dcgm`` when given;
 - ``ib``: ``<sysfs_root>/class/infiniband``; ``pcie``: ``<sysfs_root>/bus/pci/devices``;
-- ``kernel_log``: ``kmsg`` (a file, or ``/dev/kmsg``) through the kernel-log rules.
+- ``ib`` from an ``ibstat``/``ibstatus`` capture instead, when ``ibstat`` is given;
+- ``kernel_log``: ``kmsg`` (a file, or ``/dev/kmsg``) through the kernel-log rules and the
+  log-count engine rules, reading only what is new since the previous cycle.
 
 A source that cannot be read makes its check UNKNOWN with the reason (never OK) and the others
-still run. Counter rates use the previous values from ``state_file`` (one-shot runs) or from
-``memory`` (a long-running caller such as the agent passes the same dict every time).
+still run. What a cycle remembers for the next one (previous counter values for rates, the
+kernel-log cursor and its faults since boot, log-count engine state) is a ``CheckMemory``: kept
+in ``state_file`` (one-shot runs), or passed as ``memory`` by a long-running caller.
 """
 
 from __future__ import annotations
