@@ -94,12 +94,24 @@ def test_smi_seventeen_nic_columns_with_legend_and_escapes() -> None:
     t0 = replace(base, nics=nics, gpu_nic=gpu_nic)
     text = render_topo_matrix(t0)
     first, rest = text.split("\n", 1)
-    text = "\x1b[4m" + first + "\x1b[0m\n" + rest.replace("GPU NUMA ID", "GPU NUMA ID\tFooBar", 1)
+    text = "\x1b[4m" + first + "\x1b[0m\n" + rest
     t = parse_topo_matrix(text, "x")
     assert [n.name for n in t.nics] == [f"mlx5_{i}" for i in range(17)]
     assert _pairing(t)[3] == (("mlx5_3",), "PIX")
     assert t.gpu_nic[(0, "mlx5_16")] is PathType.SYS
     assert all(n.kind is NicKind.INFINIBAND for n in t.nics)
+    assert t.notes == () and format_cpulist(t.gpus[4].cpus) == "56-111,168-223"
+
+
+def test_smi_unknown_column_between_known_ones() -> None:
+    text = ("\tGPU0\tGPU1\tFOO0\tNIC0\tCPU Affinity\tNUMA Affinity\n"
+            "GPU0\t X \tNV4\tzz\tPXB\t0-7\t0\n"
+            "GPU1\tNV4\t X \tzz\tSYS\t8-15\t1\n"
+            "NIC0\tPXB\tSYS\tzz\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n")
+    t = parse_topo_matrix(text, "x")
+    assert any("FOO0" in n for n in t.notes)
+    assert _pairing(t) == {0: (("mlx5_0",), "PXB"), 1: (("mlx5_0",), "SYS")}
+    assert [(g.numa, format_cpulist(g.cpus)) for g in t.gpus] == [(0, "0-7"), (1, "8-15")]
 
 
 def test_smi_legacy_nic_names_as_columns() -> None:

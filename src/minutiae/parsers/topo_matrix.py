@@ -109,7 +109,9 @@ def parse_topo_matrix(text: str, where: str | None = None) -> NodeTopology:
     gpus: list[Gpu] = []
     gpu_nic: dict[tuple[int, str], PathType] = {}
     numa_cpus: dict[int, set[int]] = {}
-    ndev = len(devices)
+    pos: dict[str, int] = {}
+    for i, h in enumerate(header):
+        pos.setdefault(h, i)  # cells are positional: unknown columns keep their place
     for col in gpu_cols:
         idx = int(_GPU.fullmatch(col).group(1))  # type: ignore[union-attr]
         cells = rows.get(col)
@@ -117,10 +119,12 @@ def parse_topo_matrix(text: str, where: str | None = None) -> NodeTopology:
             missing.append(f"{col}: row missing (truncated matrix?)")
             gpus.append(Gpu(index=idx))
             continue
-        if len(cells) < ndev:
-            missing.append(f"{col}: {ndev - len(cells)} cell(s) missing (truncated row?)")
+        absent = [d for d in devices if pos[d] >= len(cells)]
+        if absent:
+            missing.append(f"{col}: {len(absent)} cell(s) missing (truncated row?)")
         nvlinks: list[NvLink] = []
-        for j, other in enumerate(devices):
+        for other in devices:
+            j = pos[other]
             if j >= len(cells) or other == col:
                 continue
             cell = cells[j]
@@ -132,8 +136,7 @@ def parse_topo_matrix(text: str, where: str | None = None) -> NodeTopology:
                 nvlinks.append(NvLink(peer=int(other[3:]), links=int(cell[2:])))
             elif other in nic_names:
                 gpu_nic[(idx, nic_names[other])] = path
-        extra = cells[ndev:]
-        tail = dict(zip(tail_cols, extra, strict=False))
+        tail = {h: cells[pos[h]] for h in tail_cols if pos[h] < len(cells)}
         cpus: tuple[int, ...] = ()
         numa: int | None = None
         cpu_text = tail.get("CPU_AFFINITY")

@@ -147,15 +147,16 @@ def read_capture(path: str | Path) -> NodeTopology:
 
 
 def iter_capture_files(directory: str | Path) -> Iterator[Path]:
-    """Regular files under ``directory`` (recursively, sorted), hidden files skipped."""
+    """Regular files under ``directory`` (recursively, sorted); hidden files skipped."""
     d = Path(directory)
     if not d.is_dir():
         raise InputError("not a directory", str(d))
     for dirpath, dirnames, filenames in os.walk(d):
         dirnames[:] = sorted(x for x in dirnames if not x.startswith("."))
         for f in sorted(filenames):
-            if not f.startswith("."):
-                yield Path(dirpath) / f
+            p = Path(dirpath) / f
+            if not f.startswith(".") and p.is_file():  # no FIFOs, sockets or dangling links
+                yield p
 
 
 def read_capture_bytes(path: Path) -> bytes:
