@@ -191,7 +191,11 @@ def _has(api: KubeClient, path: str) -> bool:
     return api.exists(path)
 
 
-def test_bulk_states_equal_one_by_one(api: KubeClient, backend: KubernetesBackend) -> None:
+def test_bulk_states_equal_one_by_one(api: KubeClient, backend: KubernetesBackend,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import minutiae.actions.kubernetes as k8s_backend
+
+    monkeypatch.setattr(k8s_backend, "LIST_PAGE", 1)  # every list goes through `continue` pages
     nodes = ["mk-be-10", "mk-be-11", "mk-be-12"]
     for n in nodes:
         create_node(api, n)

@@ -44,6 +44,7 @@ REASON_KEY = f"{DOMAIN}/reason"
 SINCE_KEY = f"{DOMAIN}/since"
 CONDITION = "MinutiaeUnhealthy"
 _CONFLICT_RETRIES = 5
+LIST_PAGE = 500
 _KEY_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -188,10 +189,21 @@ class KubernetesBackend:
                 raise BackendError(f"kubernetes: unknown node {node}") from None
             raise
 
+    def _list(self, path: str, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Every item of a collection, in pages of ``LIST_PAGE`` (``limit``/``continue``)."""
+        items: list[dict[str, Any]] = []
+        q = {**(params or {}), "limit": str(LIST_PAGE)}
+        while True:
+            body = self.api.get(path, params=q)
+            items.extend(body.get("items") or [])
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            q = {**q, "continue": str(token)}
+
     def pods_on(self, node: str) -> list[dict[str, Any]]:
         validate_node(node)
-        body = self.api.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={node}"})
-        return list(body.get("items") or [])
+        return self._list("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"})
 
     def state(self, node: str) -> NodeState:
         obj = self._node(node)
@@ -201,11 +213,11 @@ class KubernetesBackend:
         """Bulk ``state`` (the controller uses it when present): one node list and one pod
         list for the whole fleet. Nodes the API server does not know are left out."""
         wanted = {validate_node(n) for n in nodes}
-        items = self.api.get("/api/v1/nodes").get("items") or []
-        pods = self.api.get("/api/v1/pods", params={
+        items = self._list("/api/v1/nodes")
+        pods = self._list("/api/v1/pods", {
             "fieldSelector": "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"})
         by_node: dict[str, list[dict[str, Any]]] = {}
-        for p in pods.get("items") or []:
+        for p in pods:
             if _movable(p):
                 by_node.setdefault(str(p.get("spec", {}).get("nodeName")), []).append(p)
         out: dict[str, NodeState] = {}
