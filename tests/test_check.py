@@ -277,3 +277,18 @@ def test_ib_check_from_an_ibstat_capture(realdata: Path, tmp_path: Path, capsys:
     rc = main(["check", "--json", "--checks", "ib", "--ibstat", str(panic), "--node", "n"])
     ib = json.loads(capsys.readouterr().out)["checks"][0]
     assert rc == 3 and ib["status"] == "unknown" and "ibpanic" in ib["reason"]
+
+
+def test_cli_nvlink_status_capture(realdata: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    q = realdata.joinpath(*H100_Q)
+    snap = parse_nvidia_smi_text(q.read_text())
+    uuid = snap.value("gpu:0000:db:00.0", "uuid")
+    nv = tmp_path / "nvlink.txt"
+    nv.write_text(f"GPU 7: NVIDIA H100 80GB HBM3 (UUID: {uuid})\n" + "".join(
+        f"         Link {k}: {'<inactive>' if k == 9 else '26.562 GB/s'}\n" for k in range(18)))
+    rc = main(["check", "--json", "--checks", "gpu", "--nvidia-smi-xml", str(q), "--nvlink-status", str(nv),
+               "--node", "n"])
+    doc = json.loads(capsys.readouterr().out)
+    down = [f for f in doc["checks"][0]["findings"] if f["kind"] == "nvlink_down"]
+    assert rc == 2 and [(f["pci"], f["action"]) for f in down] == [("0000:db:00.0", "reset_gpu")]
+    assert doc["drain"] is True

@@ -210,3 +210,43 @@ def test_unopenable_gpu_is_lost(line: str, comp: str, reason: str, realdata: Pat
     s = parse_nvidia_smi_text(line + "\n" + head, "q")
     assert s.value(comp, "lost") is True and s.value(comp, "lost_reason") == reason
     assert s.value("node", "gpu_count") == 8
+
+
+def test_nvlink_status_a100(realdata: Path) -> None:
+    from minutiae.parsers.nvidia_smi_nvlink import parse_nvlink_status
+
+    path = realdata / "nvidia_smi" / "gpud" / "nvidia-smi.nvlink.status.a100"
+    s = parse_nvlink_status(path.read_text(), str(path))
+    gpus = s.components("gpu:")
+    assert gpus == [f"gpu:index{i}" for i in range(8)]
+    assert {s.value(g, "nvlink_active_links") for g in gpus} == {12}
+    assert {s.value(g, "nvlink_inactive_links") for g in gpus} == {0}
+    assert s.value("gpu:index0", "nvlink_gbps_min") == 25.0
+    assert s.value("gpu:index7", "uuid") == "GPU-754035b4-4708-efcd-b261-623aea38bcad"
+    assert s.problems == ()
+    empty = realdata / "nvidia_smi" / "gpud" / "nvidia-smi.nvlink.status.a10"  # no NVLink: empty
+    assert parse_nvlink_status(empty.read_text(), str(empty)).observations == ()
+
+
+def test_nvlink_inactive_links_map_onto_the_gpu_by_uuid(realdata: Path) -> None:
+    from minutiae.checks.counters import context, counter_rules, evaluate
+    from minutiae.parsers.nvidia_smi_nvlink import by_uuid, parse_nvlink_status
+
+    q = _text(realdata, "gpud", "nvidia-smi-query.535.161.08.out.0.valid")
+    uuid = q.value("gpu:0000:3b:00.0", "uuid")
+    text = f"GPU 1: NVIDIA H100 80GB HBM3 (UUID: {uuid})\n" + "".join(
+        f"         Link {k}: {'<inactive>' if k in (3, 5) else '26.562 GB/s'}\n" for k in range(18))
+    merged = q.merged(by_uuid(parse_nvlink_status(text, "nv"), q))
+    g = "gpu:0000:3b:00.0"
+    assert (merged.value(g, "nvlink_active_links"), merged.value(g, "nvlink_inactive_links")) == (16, 2)
+    assert merged.value(g, "nvlink3_down") is True
+    found = [f for f in evaluate(counter_rules(), context(merged.observations, {}, 0.0)) if f.kind == "nvlink_down"]
+    assert [(f.pci, f.message) for f in found] == [("0000:3b:00.0", "GPU 0000:3b:00.0: 2 NVLink link(s) down")]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=600))
+def test_nvlink_parser_never_crashes(text: str) -> None:
+    from minutiae.parsers.nvidia_smi_nvlink import parse_nvlink_status
+
+    parse_nvlink_status("GPU 0: X (UUID: GPU-12345678-aaaa)\n" + text, "fuzz")

@@ -50,13 +50,15 @@ class CheckConfig:
     without ``--kmsg``). ``expected_gpus``/``expected_driver`` turn on the GPU-count and driver
     rules. ``nvml`` injects a ``pynvml``-like module (tests); ``use_nvml=False`` never loads it.
     ``checks`` limits the groups run (default: all of ``CHECKS``). ``ibstat`` (an ``ibstat`` or
-    ``ibstatus`` capture) replaces sysfs for the IB check.
+    ``ibstatus`` capture) replaces sysfs for the IB check; ``nvlink_status`` (an ``nvidia-smi
+    nvlink --status`` capture) adds NVLink link states to the GPU check, matched by UUID.
     """
 
     sysfs_root: Path = Path("/sys")
     kmsg: Path | None = Path("/dev/kmsg")
     nvidia_smi_xml: Path | None = None
     dcgm: str | None = None
+    nvlink_status: Path | None = None
     ibstat: Path | None = None
     expected_gpus: int | None = None
     expected_driver: str | None = None

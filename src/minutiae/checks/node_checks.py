@@ -64,6 +64,14 @@ def check_gpu(cfg: CheckConfig, now: float) -> Group:
     snap = snaps[0]
     for other in snaps[1:]:
         snap = snap.merged(other)
+    if cfg.nvlink_status is not None:
+        from minutiae.parsers.nvidia_smi_nvlink import by_uuid
+        from minutiae.sources.nvidia_smi import read_nvlink_status_file
+
+        try:
+            snap = snap.merged(by_uuid(read_nvlink_status_file(cfg.nvlink_status), snap))
+        except MinutiaeError as exc:
+            return [], _unknown("gpu", str(exc)), []
     return _group(snap, now)
 
 

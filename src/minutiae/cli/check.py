@@ -22,6 +22,8 @@ _STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown":
 @click.option("--nvidia-smi-xml", type=click.Path(path_type=Path), default=None,
               help="nvidia-smi -q -x (or -q) capture instead of NVML.")
 @click.option("--dcgm", default=None, metavar="URL|FILE", help="dcgm-exporter /metrics URL or capture.")
+@click.option("--nvlink-status", type=click.Path(path_type=Path), default=None,
+              help="nvidia-smi nvlink --status capture (NVLink link states, matched by GPU UUID).")
 @click.option("--ibstat", type=click.Path(path_type=Path), default=None,
               help="ibstat or ibstatus capture instead of sysfs for the IB check.")
 @click.option("--expected-gpus", type=click.IntRange(0, 1024), default=None, help="GPUs this node must have.")
@@ -40,7 +42,7 @@ _STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown":
 @click.option("--year", type=int, default=None, help="Year for kernel-log timestamps without one.")
 def command(
     as_json: bool, sysfs_root: Path | None, kmsg: Path | None, nvidia_smi_xml: Path | None,
-    dcgm: str | None, ibstat: Path | None, expected_gpus: int | None, expected_driver: str | None, no_nvml: bool,
+    dcgm: str | None, nvlink_status: Path | None, ibstat: Path | None, expected_gpus: int | None, expected_driver: str | None, no_nvml: bool,
     state_file: Path | None, node: str | None, slurm: bool, slurm_conf: str | None, slurm_timeout: float,
     only: str | None, year: int | None,
 ) -> int:
@@ -51,12 +53,12 @@ def command(
     from minutiae.checks.node import CheckConfig, parse_checks, run_check
     from minutiae.clock import SystemClock
 
-    captured = any(x is not None for x in (sysfs_root, nvidia_smi_xml, dcgm, ibstat))
+    captured = any(x is not None for x in (sysfs_root, nvidia_smi_xml, dcgm, ibstat, nvlink_status))
     kmsg_path = kmsg if kmsg is not None else (None if captured else Path("/dev/kmsg"))
     name = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     cfg = CheckConfig(
         sysfs_root=sysfs_root or Path("/sys"), kmsg=kmsg_path, nvidia_smi_xml=nvidia_smi_xml,
-        dcgm=dcgm, ibstat=ibstat, expected_gpus=expected_gpus, expected_driver=expected_driver,
+        dcgm=dcgm, nvlink_status=nvlink_status, ibstat=ibstat, expected_gpus=expected_gpus, expected_driver=expected_driver,
         state_file=state_file, node=name, use_nvml=not no_nvml, year=year, checks=parse_checks(only),
     )
     step = None

@@ -27,3 +27,15 @@ def read_nvidia_smi_file(path: Path) -> Snapshot:
     from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
 
     return parse_nvidia_smi_text(data.decode("utf-8", errors="replace"), str(path))
+
+
+def read_nvlink_status_file(path: Path) -> Snapshot:
+    """A captured ``nvidia-smi nvlink --status``. Raises ``InputError`` naming the path."""
+    from minutiae.parsers.nvidia_smi_nvlink import parse_nvlink_status
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", str(path)) from None
+    return parse_nvlink_status(data.decode("utf-8", errors="replace"), str(path))
