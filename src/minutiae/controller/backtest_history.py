@@ -192,7 +192,7 @@ def load_simulated(root: Path, *, maintenance_window_s: float = 1800.0,
     try:
         start, end = float(meta["start"]), float(meta["end"])
     except (KeyError, TypeError, ValueError):
-        raise DataError("meta.json needs numeric start and end", str(root / "meta.json")) from None
+        raise DataError("needs numeric start and end", str(root / "meta.json")) from None
     year = datetime.fromtimestamp(start, UTC).year
     fleet = files.read_csv(root, "fleet.csv", ("node",))
     domains = {r["node"]: {c: r[c] for c in DOMAIN_COLUMNS if r.get(c)} for r in fleet}
