@@ -110,3 +110,17 @@ def test_cli_sysfs_root_json_and_check(tmp_path: Path, capsys: pytest.CaptureFix
     res = json.loads(capsys.readouterr().out)
     assert rc == 2 and res["status"] == "critical"
     assert sorted(f["kind"] for f in res["findings"]) == ["ib_rate_degraded", "pcie_link_degraded"]
+
+
+def test_live_merge_adds_nvlinks_from_nvidia_smi(tmp_path: Path) -> None:
+    from minutiae.parsers.topo_matrix import parse_topo_matrix
+    from minutiae.parsers.topology import merge_matrix
+    from minutiae.testing.topology import dgx_like_topology, render_topo_matrix
+
+    base = read_sysfs_topology(build_sysfs(tmp_path, dgx_like_spec()))
+    matrix = parse_topo_matrix(render_topo_matrix(dgx_like_topology()), "nvidia-smi topo -m")
+    t = merge_matrix(base, matrix)
+    assert t.source == "sysfs+nvidia-smi-topo"
+    assert t.gpus[0].nvlink_peers == (1, 2, 3, 4, 5, 6, 7) and t.gpus[0].nvlinks[0].links == 18
+    assert t.gpus[0].pci == base.gpus[0].pci and t.gpu_nic == base.gpu_nic
+    assert not any("NVLink" in m for m in t.missing)
