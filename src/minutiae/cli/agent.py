@@ -5,6 +5,8 @@ Light import path on purpose: click, psutil, prometheus-client, httpx and the no
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from minutiae.errors import ConfigError
@@ -48,6 +50,9 @@ def command(controller: str | None, token_file: str | None, interval: float, sta
             expected_gpus: int | None, expected_driver: str | None, checks: str,
             cycles: int | None) -> None:
     """Run the node checks every --interval seconds, serve /metrics, push to the controller."""
+    # httpx imports its own command line (rich + pygments, ~4 MiB resident) when those are
+    # installed; the daemon never uses it, so keep it out of the footprint.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     from minutiae.agent.daemon import AgentOptions, run_agent
     from minutiae.cli.tokens import read_token
 
