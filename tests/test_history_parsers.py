@@ -56,3 +56,16 @@ def test_prometheus_answers_garbage(doc: object) -> None:
             parse_query_range(200, text, "http://prom")
         except MinutiaeError as exc:
             assert str(exc).startswith("http://prom: ")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=300))
+def test_runs_csv_any_text(text: str) -> None:
+    from minutiae.history.parse import parse_runs_csv
+
+    try:
+        load = parse_runs_csv(text, "r.csv")
+    except MinutiaeError as exc:
+        assert str(exc).startswith("r.csv: ")
+    else:
+        assert all(r.value > 0 for r in load.records)

@@ -135,3 +135,15 @@ def test_simulator_layout_joins_jobs_csv(tmp_path: Path, capsys) -> None:  # typ
     imp = _json(capsys, ["impact", "--speedup", "1%", "--where", "driver>=570.158", "--runs",
                          str(tmp_path / "runs.csv"), "--json"])
     assert imp["runs_matched"] > 0 and imp["runs_without_usage"] == 0
+
+
+def test_absurd_times_are_notes_not_tracebacks(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "runs.csv"
+    rows = ["run_id,time,signature,seconds_per_step"]
+    rows += [f"a{i},{-1e13 if i == 0 else 1767225600 + i * 3600},s,{1.0 + (i > 20) * 0.05 + 0.001 * (i % 3)}"
+             for i in range(40)]
+    p.write_text("\n".join(rows) + "\n")
+    assert main(["regress", "--runs", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "dated before 2000" in out and "Traceback" not in out
+    assert main(["whatchanged", "a0", "a39", "--runs", str(p)]) == 0

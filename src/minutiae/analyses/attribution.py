@@ -80,6 +80,13 @@ class WhatChanged:
                 "differences": [d.to_json() for d in self.differences]}
 
 
+def _day(t: float) -> str:
+    try:
+        return f"{datetime.fromtimestamp(t, UTC):%Y-%m-%d}"
+    except (ValueError, OverflowError, OSError):
+        return f"{t:.0f}"
+
+
 def _fmt_p(p: float) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
@@ -164,7 +171,7 @@ def whatchanged(runs: Sequence[RunRecord], run_a: str, run_b: str) -> WhatChange
             if eff is not None:
                 eff = dataclasses.replace(eff, p_value=min(1.0, 2.0 * eff.p_value))
         if since is not None:
-            label = f"{label} (since {datetime.fromtimestamp(since, UTC):%Y-%m-%d})"
+            label = f"{label} (since {_day(since)})"
         explains = None
         if eff is not None and abs(delta) > 1e-9 and real_change:
             explains = math.log1p(eff.change) / delta

@@ -44,7 +44,10 @@ def make_console() -> Console:
 
 
 def when(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+    except (ValueError, OverflowError, OSError):
+        return f"{t:.0f}"
 
 
 def pct(x: float | None, signed: bool = True) -> str:
