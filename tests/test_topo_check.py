@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from minutiae.analyses.topology import report
-from minutiae.analyses.topology_check import check_topology
+from minutiae.analyses.topology_check import check_against, check_topology
 from minutiae.analyses.topology_learn import FingerprintCache, learn
 from minutiae.analyses.topology_profile import (
+    ATTRIBUTES,
+    Profile,
     fingerprint,
     profile_from_toml,
     profile_to_toml,
@@ -198,3 +200,33 @@ def test_parallel_fingerprinting_matches_serial(tmp_path: Path) -> None:
     assert serial[1] == forked[1] and serial[1][0][0].endswith("node-0091.json")
     assert serial[2] == 1 + len(PLANTED) + 2 and forked[2] >= serial[2]
     assert learn(forked[0]).profile.expect == learn(serial[0]).profile.expect
+
+
+def test_every_shipped_rule_example() -> None:
+    from minutiae.analyses.topology_rules import rules
+
+    shipped = rules()
+    assert set(shipped) == set(ATTRIBUTES)
+    ran = 0
+    for attr, rule in shipped.items():
+        for ex in rule.examples:
+            assert rule.deviates(ex.actual, ex.expected) is ex.finding, (attr, ex)
+            found = check_against({attr: ex.actual}, Profile("p", {attr: ex.expected}))[0]
+            assert [f.kind for f in found] == ([rule.kind] if ex.finding else []), (attr, ex)
+            ran += 1
+    assert ran >= 25
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ('[[rule]]\nattribute = "gpus.colour"\n', "unknown attribute"),
+    ('[[rule]]\nattribute = "gpus.count"\nkind = "x"\nseverity = "dire"\naction = "none"\n'
+     'compare = "equal"\nexamples = []\n', "unknown severity"),
+    ('[[rule]]\nattribute = "gpus.count"\nkind = "x"\nseverity = "error"\naction = "none"\n'
+     'compare = "equal"\nexamples = []\n', "no examples"),
+    ('', "no rule for gpus.count"),
+])
+def test_bad_rules_are_refused(bad: str, msg: str) -> None:
+    from minutiae.analyses.topology_rules import parse_rules
+
+    with pytest.raises(ConfigError, match=msg):
+        parse_rules(bad, "rules.toml")

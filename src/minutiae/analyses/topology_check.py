@@ -1,70 +1,24 @@
 """Check one node's topology against a profile, and against itself (pure).
 
-Each deviation becomes a ``Finding`` (kinds below); a profile attribute that the source cannot
-tell is UNKNOWN (never OK): the result's status is then UNKNOWN unless something is critical.
-
-| attribute | finding kind | severity | action |
-|---|---|---|---|
-| gpus.count (fewer) | gpu_missing | critical | inspect |
-| gpus.nvlinks / nvlink_peers (fewer) | nvlink_down | error | reset_gpu |
-| gpus.pcie / nics.pcie (worse), own max | pcie_link_degraded | error | inspect |
-| gpus.per_numa | numa_unbalanced | warning | none |
-| gpus.local_nic | gpu_without_local_nic | warning | none |
-| gpus.pairing | nic_pairing_mismatch | warning | none |
-| nics.count / names (missing) | nic_missing | error | inspect |
-| nics.rate_gbps (lower) | ib_rate_degraded | error | inspect |
-| nics.state (not as expected) | ib_port_down | error | inspect |
-| nics.firmware | firmware_mismatch | warning | none |
-| software.driver | driver_mismatch | warning | none |
-| software.kernel | kernel_mismatch | warning | none |
-| software.vbios | firmware_mismatch | warning | none |
-| gpus.model | gpu_model_mismatch | warning | none |
-| nvme.count (fewer) | nvme_missing | warning | inspect |
+Each deviation becomes a ``Finding`` whose kind, severity and action come from the shipped rules
+(``profiles/topology_rules.toml``, see ``topology_rules``). A profile attribute that the source
+cannot tell is UNKNOWN (never OK): the result's status is then UNKNOWN unless something is
+critical.
 """
 
 from __future__ import annotations
 
 from minutiae.analyses.topology import place_gpus
-from minutiae.analyses.topology_profile import Profile, Value, fingerprint, pcie_worse
+from minutiae.analyses.topology_profile import Profile, Value, fingerprint
+from minutiae.analyses.topology_rules import rules
 from minutiae.model.findings import CheckResult, Finding
 from minutiae.model.topology import NicKind, NodeTopology
 from minutiae.model.vocab import Action, Severity, Status
 
-_RULES: dict[str, tuple[str, Severity, Action]] = {
-    "gpus.count": ("gpu_missing", Severity.CRITICAL, Action.INSPECT),
-    "gpus.model": ("gpu_model_mismatch", Severity.WARNING, Action.NONE),
-    "gpus.nvlinks": ("nvlink_down", Severity.ERROR, Action.RESET_GPU),
-    "gpus.nvlink_peers": ("nvlink_down", Severity.ERROR, Action.RESET_GPU),
-    "gpus.pcie": ("pcie_link_degraded", Severity.ERROR, Action.INSPECT),
-    "gpus.per_numa": ("numa_unbalanced", Severity.WARNING, Action.NONE),
-    "gpus.local_nic": ("gpu_without_local_nic", Severity.WARNING, Action.NONE),
-    "gpus.pairing": ("nic_pairing_mismatch", Severity.WARNING, Action.NONE),
-    "nics.count": ("nic_missing", Severity.ERROR, Action.INSPECT),
-    "nics.names": ("nic_missing", Severity.ERROR, Action.INSPECT),
-    "nics.rate_gbps": ("ib_rate_degraded", Severity.ERROR, Action.INSPECT),
-    "nics.state": ("ib_port_down", Severity.ERROR, Action.INSPECT),
-    "nics.firmware": ("firmware_mismatch", Severity.WARNING, Action.NONE),
-    "nics.pcie": ("pcie_link_degraded", Severity.ERROR, Action.INSPECT),
-    "nvme.count": ("nvme_missing", Severity.WARNING, Action.INSPECT),
-    "software.driver": ("driver_mismatch", Severity.WARNING, Action.NONE),
-    "software.kernel": ("kernel_mismatch", Severity.WARNING, Action.NONE),
-    "software.vbios": ("firmware_mismatch", Severity.WARNING, Action.NONE),
-}
-#: attributes where only "less than expected" is a problem
-_AT_LEAST = {"gpus.count", "gpus.nvlinks", "gpus.nvlink_peers", "nics.count", "nics.rate_gbps",
-             "nvme.count"}
-
 
 def deviates(key: str, actual: Value, expected: Value) -> bool:
-    if key in _AT_LEAST:
-        return float(actual) < float(expected)
-    if key in ("gpus.pcie", "nics.pcie"):
-        return pcie_worse(str(actual), str(expected))
-    if key == "nics.names":
-        return bool(set(str(expected).split(",")) - set(str(actual).split(",")))
-    if key == "gpus.local_nic":
-        return bool(expected) and not bool(actual)
-    return actual != expected
+    """Whether ``actual`` is a problem given ``expected``, per the attribute's shipped rule."""
+    return rules()[key].deviates(actual, expected)
 
 
 def _message(key: str, actual: Value, expected: Value) -> str:
@@ -85,7 +39,8 @@ def check_against(fp: dict[str, Value], profile: Profile) -> tuple[list[Finding]
             continue
         actual = fp[key]
         if deviates(key, actual, expected):
-            kind, sev, act = _RULES[key]
+            rule = rules()[key]
+            kind, sev, act = rule.kind, rule.severity, rule.action
             sup = profile.support.get(key)
             extra = f" (fleet majority, {sup:.1%} of {profile.nodes} nodes)" if sup is not None else ""
             findings.append(Finding(

@@ -36,7 +36,6 @@ each attribute, the fraction of nodes that had the majority value.
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, field
 
@@ -72,20 +71,6 @@ def _pcie(gen: int | None, width: int | None) -> str | None:
     if gen is None and width is None:
         return None
     return f"{gen if gen is not None else '?'}x{width if width is not None else '?'}"
-
-
-def pcie_worse(actual: str, expected: str) -> bool:
-    """``"4x16"`` is worse than ``"5x16"``; so is ``"5x8"``. Unknown parts compare as equal."""
-    def parts(s: str) -> tuple[int | None, int | None]:
-        m = re.fullmatch(r"(\d+|\?)x(\d+|\?)", s.strip())
-        if not m:
-            return None, None
-        return (None if m.group(1) == "?" else int(m.group(1)),
-                None if m.group(2) == "?" else int(m.group(2)))
-    ag, aw = parts(actual)
-    eg, ew = parts(expected)
-    return (ag is not None and eg is not None and ag < eg) or (
-        aw is not None and ew is not None and aw < ew)
 
 
 def fingerprint(t: NodeTopology) -> dict[str, Value]:
