@@ -292,3 +292,22 @@ def test_cli_nvlink_status_capture(realdata: Path, tmp_path: Path, capsys: pytes
     down = [f for f in doc["checks"][0]["findings"] if f["kind"] == "nvlink_down"]
     assert rc == 2 and [(f["pci"], f["action"]) for f in down] == [("0000:db:00.0", "reset_gpu")]
     assert doc["drain"] is True
+
+
+def test_console_script_exit_codes(realdata: Path, sysroot: Path) -> None:
+    """The installed ``minutiae`` script returns the Nagios code as its process exit status."""
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).with_name("minutiae")
+    if not exe.exists():
+        pytest.skip(f"console script not installed next to {sys.executable}")
+    base = [str(exe), "check", "--json", "--sysfs-root", str(sysroot), "--node", "gpu001"]
+    ok = subprocess.run([*base, "--checks", "pcie"], capture_output=True, text=True, timeout=60, check=False)
+    warn = subprocess.run([*base, "--checks", "ib"], capture_output=True, text=True, timeout=60, check=False)
+    crit = subprocess.run([*base, "--checks", "kernel_log", "--kmsg", str(realdata.joinpath(*XID119))],
+                          capture_output=True, text=True, timeout=60, check=False)
+    unknown = subprocess.run([*base, "--checks", "gpu", "--no-nvml"], capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert [p.returncode for p in (ok, warn, crit, unknown)] == [0, 1, 2, 3]
+    assert json.loads(crit.stdout)["status"] == "critical" and crit.stderr == ""
