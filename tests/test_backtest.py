@@ -344,3 +344,24 @@ def test_bad_dataset_files_are_named(tmp_path: Path, name: str, text: str, needl
     with pytest.raises(MinutiaeError) as err:
         load_history(root)
     assert needle in str(err.value) and str(root) in str(err.value)
+
+
+def test_repeat_rules_of_the_agent_engine_drain_and_clear(tmp_path: Path) -> None:
+    """log_counts.toml as the agent runs it: three link-downs within an hour are flapping
+    (inspect) although each one alone is a warning; the alarm clears after the window and the
+    clear delay, then the node returns after the healthy delay. Two soft lockups are not three."""
+    down = "mlx5_core 0000:9d:00.1 enp157s0f1np1: Link down"
+    lockup = "watchdog: BUG: soft lockup - CPU#12 stuck for 23s! [python:48211]"
+    root = write_dataset(tmp_path / "ds", days=0.25, kern={
+        "gpu010": [kline(T0 + 600 * k, down, "info") for k in (1, 2, 3)],
+        "gpu011": [kline(T0 + 600 * k, lockup, "warn") for k in (1, 2)],
+    })
+    r = replay(load_history(root), load_policy())
+    assert by_node(r, "gpu011") == []
+    # the first link-down leaves the 3600 s window at +4200 s, the alarm clears 1800 s later
+    # (+6001 s: the step at +6060 s sees it clean) and the healthy delay is 600 s
+    assert by_node(r, "gpu010") == [("drain", 1800.0), ("resume", 6660.0)]
+    d = r.decisions[0]
+    # the engine's finding: error/inspect, where each link-down alone is warning/none
+    assert d.evidence[0].startswith("[error/inspect] ib_link 0000:9d:00.1: "), d.evidence
+    assert r.drains[0].kind == "ib_link"

@@ -29,6 +29,7 @@ from minutiae.checks.node import status_of
 from minutiae.controller.backtest_record import RECORD_HEARTBEAT_S
 from minutiae.controller.backtest_signals import (
     TimedFinding,
+    count_signals,
     drains_somewhere,
     ib_signals,
     log_signals,
@@ -123,7 +124,9 @@ def _jobs(rows: Sequence[Mapping[str, str]], where: str) -> list[NodeEvent]:
 
 def _node_reports(node: str, logs: list[TimedFinding], boots: list[float],
                   ib: list[tuple[float, tuple[Finding, ...]]], windows: list[Window],
-                  start: float, end: float, honour: bool) -> tuple[list[NodeEvent], int]:
+                  start: float, end: float, honour: bool,
+                  counts: Sequence[tuple[float, tuple[Finding, ...]]] = ()
+                  ) -> tuple[list[NodeEvent], int]:
     """REPORT events of one node whenever its active finding set changes (and DOWN/UP)."""
     win = [(w.start, w.end) for w in windows] if honour else []
 
@@ -136,10 +139,12 @@ def _node_reports(node: str, logs: list[TimedFinding], boots: list[float],
     moments += [(tf.time, 2, tf) for tf in logs]
     moments += [(t, 3, fs) for t, fs in ib]
     moments += [(e, 4, None) for _s, e in win]  # re-evaluate when a window ends
+    moments += [(t, 5, fs) for t, fs in counts]
     moments.sort(key=lambda m: (m[0], m[1]))
     active_log: dict[tuple[str, int | None, str | None], Finding] = {}
     active_ib: tuple[Finding, ...] = ()
     last_ib: tuple[Finding, ...] = ()
+    active_counts: tuple[Finding, ...] = ()
     states: list[tuple[float, tuple[Finding, ...]]] = []
     prev_keys: object = None
     for t, what, payload in moments:
@@ -162,9 +167,15 @@ def _node_reports(node: str, logs: list[TimedFinding], boots: list[float],
             active_ib = payload
         elif what == 4:
             active_ib = last_ib
+        elif what == 5:
+            assert isinstance(payload, tuple)
+            if in_window(t):
+                suppressed += drains_somewhere(payload)
+                continue
+            active_counts = payload
         if in_window(t):
             continue
-        cur = (*active_log.values(), *active_ib)
+        cur = (*active_log.values(), *active_ib, *active_counts)
         keys = tuple(sorted((f.kind, f.code, f.pci or f.component or "", f.rule or "") for f in cur))
         if keys != prev_keys:
             prev_keys = keys
@@ -208,8 +219,11 @@ def load_simulated(root: Path, *, maintenance_window_s: float = 1800.0,
         kern, ib_text = files.read_node(root, node)
         logs, boots = log_signals(kern, year) if kern else ([], [])
         ib = ib_signals(ib_text, str(root / "nodes" / node / "ib.csv")) if ib_text else []
-        evs, sup = _node_reports(node, logs, boots, ib, by_node.get(node, []), start, end,
-                                 honour_maintenance)
+        own = by_node.get(node, [])
+        counted = count_signals([tf for tf in logs if not (honour_maintenance and any(
+            w.start <= tf.time < w.end for w in own))], boots, node)
+        evs, sup = _node_reports(node, logs, boots, ib, own, start, end,
+                                 honour_maintenance, counted)
         events.extend(evs)
         suppressed += sup
     events.extend(_jobs(files.read_csv(root, "jobs.csv", ("job_id", "start", "end", "nodes")),

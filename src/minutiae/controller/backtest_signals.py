@@ -5,6 +5,8 @@
   XID/SXID catalogs, Xid 45 following the previous Xid). A kernel-log finding stays in the node's reports until the node boots again
   (the agent reads the kernel log since boot; events are not conditions, the reboot is what
   ends them). Repeats of the same (kind, code, device) keep one finding, the latest.
+- the log-count engine rules (``log_counts.toml``: a rule repeating within a window, flapping
+  links) over those findings, with the engine's own state since boot, as the agent runs them;
 - ib.csv (a change log of sysfs counters and port state) → the sysfs-IB parser's observations
   at every sample time → the shipped counter rules for ``ib`` components (with the previous
   sample for rates and increases), exactly as the agent evaluates them.
@@ -20,12 +22,15 @@ from typing import Any
 
 from minutiae.checks.catalog import LogRule, kernel_log_rules
 from minutiae.checks.counters import Context, CounterRule, counter_rules, evaluate
+from minutiae.checks.engine import Engine
+from minutiae.checks.engine_rules import EngineRule, shipped_engine_rules
 from minutiae.checks.logrules import LogFindingMapper
 from minutiae.model import Action, Finding, Severity
 from minutiae.parsers.kernel_log import KernelLogParser
 from minutiae.parsers.snapshot import SnapshotBuilder
 from minutiae.parsers.sysfs_ib import ib_component, parse_ib_port
 from minutiae.sources.history import parse_csv
+from minutiae.testing import FakeClock
 
 BOOT_RULE = LogRule(id="backtest-boot", kind="boot", keywords=("Linux version",),
                     pattern=re.compile(r"^Linux version \S+"), severity=Severity.INFO,
@@ -64,6 +69,54 @@ def log_signals(data: bytes, year: int | None) -> tuple[list[TimedFinding], list
         else:
             findings.append(TimedFinding(t, mapper.finding(ev)))
     return findings, boots
+
+
+@cache
+def count_rules() -> tuple[EngineRule, ...]:
+    """The agent's log-count engine rules (``log_counts.toml``: repeats within a window, flapping)."""
+    return tuple(r for r in shipped_engine_rules() if r.on == "finding")
+
+
+def count_signals(findings: Sequence[TimedFinding], boots: Sequence[float], node: str
+                  ) -> list[tuple[float, tuple[Finding, ...]]]:
+    """``(time, alarmed count findings)`` whenever they may change: the agent runs the log-count
+    engine over its kernel-log findings (state since boot); here the engine is evaluated at
+    every finding and at every moment a rule's window, persistence or clear delay can end."""
+    rules = count_rules()
+    if not findings or not rules:
+        return []
+    moments: set[float] = set(boots)
+    for tf in findings:
+        moments.add(tf.time)
+        for r in rules:
+            moments.update((tf.time + r.for_s, tf.time + r.window_s + 1.0,
+                            tf.time + r.window_s + r.clear_after_s + 1.0))
+    order = sorted(findings, key=lambda tf: tf.time)
+    boot_list = sorted(boots)
+    clock = FakeClock(start=min(moments))
+    engine: Engine | None = None
+    boot_at: float | None = None
+    i = 0
+    out: list[tuple[float, tuple[Finding, ...]]] = []
+    last: tuple[tuple[str, str], ...] = ()
+    for t in sorted(moments):
+        clock.advance(t - clock.now())
+        b = max((x for x in boot_list if x <= t), default=None)
+        if engine is None or b != boot_at:  # a new boot: counts are since boot
+            engine, boot_at = Engine(rules, clock=clock, node=node, boot_time=b), b
+        new = []
+        while i < len(order) and order[i].time <= t:
+            if b is None or order[i].time >= b:
+                new.append(order[i].finding)
+            i += 1
+        if new:
+            engine.record(new)
+        got = engine.evaluate().findings
+        keys = tuple(sorted((f.rule or f.kind, f.component or f.pci or "") for f in got))
+        if keys != last or new:
+            out.append((t, got))
+            last = keys
+    return out
 
 
 @cache
