@@ -248,15 +248,19 @@ def bench_agent(quick: bool) -> None:
     xml = REALDATA / "nvidia_smi/telegraf/a100-sxm4-v12.xml"
     kern = REALDATA / "kernel_logs/gpud/pkg_dmesg__dmesg.decode.iso.log.1"   # 250 KB real log
     print("\n== agent footprint at a 10 s interval (gpu from a captured nvidia-smi XML, "
-          "ib+pcie from this /sys, kernel log from a 250 KB real dmesg) ==")
+          "ib+pcie from this /sys, kernel log from a 250 KB real dmesg, pushing to a real "
+          "controller, scraped every 5 s) ==")
     for f in (xml, kern):
         if not f.exists():
             print(f"skipped: missing {f}")
             return
     secs = 30 if quick else 120
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ServeProcess(
+            Path(tmp) / "ctl", TOKEN, "--backend", "dry-run", "--interval", "2") as ctl:
         port = free_port()
+        (Path(tmp) / "token").write_text(TOKEN)
         argv = [sys.executable, "-m", "minutiae.cli.main", "agent", "--node", "gpu099",
+                "--controller", ctl.url, "--token-file", f"{tmp}/token",
                 "--nvidia-smi-xml", str(xml), "--no-nvml", "--kmsg", str(kern),
                 "--state-dir", f"{tmp}/s", "--metrics-listen", f"127.0.0.1:{port}",
                 "--interval", "10"]
@@ -274,6 +278,7 @@ def bench_agent(quick: bool) -> None:
                 rss.append(p.memory_info().rss)
             cpu = (sum(p.cpu_times()[:2]) - c0) / (time.monotonic() - w0)
             bare_rss = psutil.Process(bare.pid).memory_info().rss
+            pushed = httpx.get(f"{ctl.url}/v1/status", timeout=10).json()["counters"]["reports"]
         finally:
             agent.terminate()
             bare.terminate()
@@ -281,7 +286,7 @@ def bench_agent(quick: bool) -> None:
             bare.wait(10)
     print(f"agent: CPU {100 * cpu:.2f} % of one core over {secs} s (goal <= 0.5 %); RSS median "
           f"{statistics.median(rss) / 2**20:.1f} MiB, max {max(rss) / 2**20:.1f} MiB "
-          f"(goal <= 40 MB)")
+          f"(goal <= 40 MB); {pushed} reports pushed to a real controller")
     print(f"baseline bare python RSS {bare_rss / 2**20:.1f} MiB; ratio "
           f"{statistics.median(rss) / bare_rss:.1f}x")
 
