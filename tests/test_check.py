@@ -40,7 +40,7 @@ def test_h100_node_from_captures(realdata: Path, sysroot: Path) -> None:
     assert [x.check for x in r.results] == ["gpu", "ib", "pcie"]
     gpu, ib, pcie = r.results
     assert gpu.status is Status.WARNING and {f.kind for f in gpu.findings} == {"throttle"}
-    assert gpu.observed == 179
+    assert gpu.observed == 187
     assert ib.status is Status.WARNING
     assert [(f.kind, f.component) for f in ib.findings] == [("ib_link_downed", "ib:mlx5_1/1")]
     assert pcie.status is Status.OK and pcie.findings == () and pcie.observed == 9 * 8 + 1  # + pcie_gpu_count

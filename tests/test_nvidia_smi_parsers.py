@@ -250,3 +250,8 @@ def test_nvlink_parser_never_crashes(text: str) -> None:
     from minutiae.parsers.nvidia_smi_nvlink import parse_nvlink_status
 
     parse_nvlink_status("GPU 0: X (UUID: GPU-12345678-aaaa)\n" + text, "fuzz")
+
+
+def test_performance_state(realdata: Path) -> None:
+    assert _xml(realdata, "3090-v13.xml").value("gpu:0000:09:00.0", "pstate") == 8
+    assert _text(realdata, "gpud", "nvidia-smi-query.535.161.08.out.0.valid").value("gpu:0000:19:00.0", "pstate") == 0

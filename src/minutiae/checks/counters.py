@@ -17,8 +17,9 @@ below_group_max         value < the largest value among components with the same
 bits_any                value (a bitmask) has any of ``bits`` (clock-event reason names) set
 ======================  ===================================================================
 
-``unless`` (a table with metric/op/threshold/bits) suppresses a rule on components where it
-holds (e.g. a PCIe generation drop while the GPU is idle is power saving, not a fault).
+``unless`` (a table with metric/op/threshold/bits, or a list of them: any that holds) suppresses
+a rule on components where it holds (e.g. a PCIe generation drop while the GPU is idle or in a
+low performance state is power saving, not a fault).
 A counter that went down (reset, reboot, wrap) is a new baseline: rates/increases stay quiet.
 """
 
@@ -77,7 +78,7 @@ class CounterRule:
     severity: Severity
     action: Action
     message: str
-    unless: Condition | None = None
+    unless: tuple[Condition, ...] = ()
     when: Mapping[str, Scalar] = field(default_factory=dict)
     description: str = ""
 
@@ -193,7 +194,7 @@ def evaluate(rules: Sequence[CounterRule], ctx: Context) -> list[Finding]:
             fired, facts = _test(rule.cond, comp, ctx)
             if not fired:
                 continue
-            if rule.unless is not None and _test(rule.unless, comp, ctx)[0]:
+            if any(_test(u, comp, ctx)[0] for u in rule.unless):
                 continue
             out.append(_finding(rule, comp, facts))
     return out
@@ -286,16 +287,17 @@ def build_rules(doc: Mapping[str, Any], where: str = "counters.toml") -> tuple[C
         message = item.get("message")
         if not isinstance(message, str) or not message:
             raise _fail(where, rid, "message must be a non-empty string")
-        unless = item.get("unless")
-        if unless is not None and not isinstance(unless, dict):
-            raise _fail(where, rid, "unless must be a table")
+        unless = item.get("unless", [])
+        unless = [unless] if isinstance(unless, dict) else unless
+        if not isinstance(unless, list) or not all(isinstance(u, dict) for u in unless):
+            raise _fail(where, rid, "unless must be a table or a list of tables")
         when = item.get("when", {})
         if not isinstance(when, dict):
             raise _fail(where, rid, "when must be a table of metric = value")
         rule = CounterRule(
             id=rid, kind=kind, component=comp, cond=_condition(where, rid, item),
             severity=severity, action=action, message=message,
-            unless=_condition(where, f"{rid}.unless", unless) if unless else None,
+            unless=tuple(_condition(where, f"{rid}.unless", u) for u in unless),
             when=dict(when), description=str(item.get("description", "")),
         )
         run_examples(rule, item.get("example"), where)

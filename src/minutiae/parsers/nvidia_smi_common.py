@@ -20,6 +20,7 @@ remap_failure               a remap failed: the board has run out of spare rows 
 retired_pages_sbe/_dbe      pages retired for multiple SBEs / a DBE (pre-Ampere)
 retired_pages_pending       a retirement waits for a reboot (bool)
 clock_event_reasons         NVML bitmask of clock-event (throttle) reasons, see REASONS
+pstate                      performance state, 0 (P0, fastest) … 15
 temperature_c               GPU core temperature
 temperature_slowdown_c      temperature at which the board slows down (when known)
 power_w, power_limit_w      board power draw and enforced limit
@@ -125,6 +126,9 @@ def _number(text: str) -> float | None:
 
 
 def _integer(text: str) -> int | None:
+    t = text.strip()
+    if len(t) in (2, 3) and t[0] == "P" and t[1:].isdigit():  # performance state "P0".."P15"
+        return int(t[1:])
     v = to_int(text)
     if v is None:
         f = leading_number(text)

@@ -40,6 +40,7 @@ PATHS: dict[str, tuple[str, ...]] = {
     "name": ("Product Name",),
     "uuid": ("GPU UUID",),
     "vbios_version": ("VBIOS Version",),
+    "pstate": ("Performance State",),
     "pcie_gen_current": ("PCI/GPU Link Info/PCIe Generation/Current",),
     "pcie_gen_max": ("PCI/GPU Link Info/PCIe Generation/Max",),
     "pcie_width_current": ("PCI/GPU Link Info/Link Width/Current",),

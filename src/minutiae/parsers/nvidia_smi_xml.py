@@ -24,6 +24,7 @@ PATHS: dict[str, tuple[str, ...]] = {
     "name": ("product_name",),
     "uuid": ("uuid",),
     "vbios_version": ("vbios_version",),
+    "pstate": ("performance_state",),
     "pcie_gen_current": ("pci/pci_gpu_link_info/pcie_gen/current_link_gen",),
     "pcie_gen_max": ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",),
     "pcie_width_current": ("pci/pci_gpu_link_info/link_widths/current_link_width",),

@@ -142,6 +142,9 @@ class FakeNvml:
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
         return int(self._value("nvmlDeviceGetCurrentClocksEventReasons", handle, "clock_event_reasons"))
 
+    def nvmlDeviceGetPerformanceState(self, handle: Any) -> int:
+        return int(self._value("nvmlDeviceGetPerformanceState", handle, "pstate"))
+
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         return int(self._value("nvmlDeviceGetTemperature", handle, "temperature_c"))
 
