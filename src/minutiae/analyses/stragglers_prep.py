@@ -252,8 +252,11 @@ def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatr
         step, rank, sec = step[good], rank[good], sec[good]
     if step.size == 0:
         return None
-    ri = np.clip(np.searchsorted(ranks, rank), 0, ranks.size - 1)
-    known = ranks[ri] == rank
+    if rank.size == ranks.size and np.array_equal(rank, ranks):  # one full step, in rank order
+        ri, known = np.arange(ranks.size), np.ones(rank.size, dtype=bool)
+    else:
+        ri = np.clip(np.searchsorted(ranks, rank), 0, ranks.size - 1)
+        known = ranks[ri] == rank
     if not known.all():
         warnings.append(f"rows of {np.unique(rank[~known]).size} rank(s) unseen during "
                         "calibration skipped")

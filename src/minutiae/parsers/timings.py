@@ -18,6 +18,7 @@ from minutiae.errors import DataError, ParseError
 from minutiae.parsers.megatron import looks_like_megatron, parse_megatron
 
 PARQUET_MAGIC = b"PAR1"
+NUMERIC = {"step": pl.Int64, "rank": pl.Int64, "seconds": pl.Float64, "ms": pl.Float64}
 _POLARS_ERRORS = (pl.exceptions.PolarsError, ValueError, OSError, UnicodeDecodeError, OverflowError)
 
 
@@ -44,11 +45,15 @@ def parse_timings(data: bytes, where: str) -> pl.DataFrame:
 def parse_csv(data: bytes, where: str, header: str | None = None) -> pl.DataFrame:
     """CSV bytes; ``header`` supplies the column line for a chunk read from a growing file."""
     body = (header.encode() + b"\n" + data) if header is not None else data
+    first = header if header is not None else body[:4096].split(b"\n", 1)[0].decode(
+        "utf-8", errors="replace")
+    names = {c.strip() for c in first.split(",")}
+    typed = {c: t for c, t in NUMERIC.items() if c in names}  # bad cells -> null, counted later
     try:
         with warnings.catch_warnings():  # ragged lines are truncated on purpose
             warnings.simplefilter("ignore", UserWarning)
             df = pl.read_csv(io.BytesIO(body), infer_schema_length=0, truncate_ragged_lines=True,
-                             encoding="utf8-lossy", ignore_errors=True)
+                             encoding="utf8-lossy", ignore_errors=True, schema_overrides=typed)
     except _POLARS_ERRORS as exc:
         raise ParseError(f"not a timing CSV ({_short(exc)})", where) from None
     if df.width < 3 and not header:
