@@ -108,15 +108,7 @@ class NodeReport:
     def reason(self) -> str | None:
         """A short reason for a scheduler: the distinct messages of the findings that need the
         node's action, worst first, e.g. ``Xid 79 (…FALLEN_OFF_THE_BUS) on GPU 0000:44:00.0``."""
-        if self.action is Action.NONE:
-            return None
-        worst = sorted(
-            (f for f in self.findings if f.action == self.action),
-            key=lambda f: (-f.severity, f.kind),
-        )
-        messages = list(dict.fromkeys(f.message for f in worst))
-        more = len(messages) - 2
-        return " / ".join(messages[:2]) + (f" (+{more} more)" if more > 0 else "")
+        return reason_for(self.findings)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -182,6 +174,18 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
     return NodeReport(node, now, tuple(results), tuple(all_obs), tuple(notes))
 
 
+def reason_for(findings: Sequence[Finding]) -> str | None:
+    """The distinct messages of the findings with the largest action, worst severity first (at
+    most two, then ``(+N more)``); None when no finding needs any action."""
+    action = max((f.action for f in findings), default=Action.NONE)
+    if action is Action.NONE:
+        return None
+    worst = sorted((f for f in findings if f.action == action), key=lambda f: (-f.severity, f.kind))
+    messages = list(dict.fromkeys(f.message for f in worst))
+    more = len(messages) - 2
+    return " / ".join(messages[:2]) + (f" (+{more} more)" if more > 0 else "")
+
+
 def parse_checks(text: str | None) -> tuple[str, ...]:
     """``"gpu,ib"`` → ``("gpu", "ib")`` in display order; None → all. Raises ``ConfigError``."""
     if text is None:
@@ -211,4 +215,4 @@ def _result(name: str, findings: list[Finding], problems: list[str], observed: i
     return CheckResult(name, status, tuple(findings), reason, observed)
 
 
-__all__ = ["CHECKS", "CheckConfig", "CheckMemory", "NodeReport", "parse_checks", "run_check", "status_of"]
+__all__ = ["CHECKS", "CheckConfig", "CheckMemory", "NodeReport", "parse_checks", "reason_for", "run_check", "status_of"]

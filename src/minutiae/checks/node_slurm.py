@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from minutiae.actions.base import NodeSchedState, SchedulerBackend, make_reason
-from minutiae.checks.node import CheckConfig, NodeReport, run_check
+from minutiae.checks.node import CheckConfig, NodeReport, reason_for, run_check
 from minutiae.checks.node_memory import CheckMemory, finding_key
 from minutiae.clock import Clock
 from minutiae.errors import InputError
@@ -66,11 +66,7 @@ def slurm_step(report: NodeReport, backend: SchedulerBackend, node: str | None =
 
     drainers = [f for f in report.findings if f.action.drains and not ack(f)]
     if drainers:
-        action = max(f.action for f in drainers)
-        worst = sorted((f for f in drainers if f.action == action), key=lambda f: (-f.severity, f.kind))
-        messages = list(dict.fromkeys(f.message for f in worst))
-        more = len(messages) - 2
-        reason = make_reason(" / ".join(messages[:2]) + (f" (+{more} more)" if more > 0 else ""))
+        reason = make_reason(reason_for(drainers) or "needs a reset or more")
         if memory is not None:
             memory.drained_for = [finding_key(f) for f in drainers if finding_key(f) in log_keys]
         if current.state in _DRAINED and not current.ours:
