@@ -13,14 +13,14 @@ from minutiae.parsers.megatron import looks_like_megatron, parse_megatron
 
 
 def _iteration(it: int, ms: float) -> str:
-    # the format strings of megatron/training/training.py training_log
-    s = " [2025-11-13 16:27:{:02d}]".format(it % 60)
-    s += " iteration {:8d}/{:8d} |".format(it, 500000)
-    s += " consumed samples: {:12d} |".format(it * 256)
-    s += " elapsed time per iteration (ms): {:.1f} |".format(ms)
-    s += " learning rate: {:.6E} |".format(3e-4)
-    s += " global batch size: {:5d} |".format(256)
-    s += " lm loss: {:.6E} |".format(7.5)
+    # what megatron/training/training.py training_log prints (its format specs, as f-strings)
+    s = f" [2025-11-13 16:27:{it % 60:02d}]"
+    s += f" iteration {it:8d}/{500000:8d} |"
+    s += f" consumed samples: {it * 256:12d} |"
+    s += f" elapsed time per iteration (ms): {ms:.1f} |"
+    s += f" learning rate: {3e-4:.6E} |"
+    s += f" global batch size: {256:5d} |"
+    s += f" lm loss: {7.5:.6E} |"
     return s
 
 
@@ -28,9 +28,9 @@ def _all_ranks(times: dict[str, list[float]]) -> str:
     # megatron/core/timers.py _get_all_ranks_time_string
     out = "times across ranks (ms):"
     for name, per_rank in times.items():
-        out += "\n  {}:".format(name)
+        out += f"\n  {name}:"
         for rank, t in enumerate(per_rank):
-            out += "\n     rank {:2d}: {:.2f}".format(rank, t)
+            out += f"\n     rank {rank:2d}: {t:.2f}"
     return out
 
 
