@@ -133,3 +133,16 @@ def test_degraded_ib_port_against_its_hca_peers(realdata: Path, tmp_path: Path) 
     got = sorted((f.kind, f.component, f.action.label) for f in found if f.kind != "ib_link_downed")
     # the bond (BlueField-3, Ethernet 200G) is not compared with the ConnectX-7 ports
     assert got == [("ib_port_down", "ib:mlx5_7/1", "inspect"), ("ib_rate_degraded", "ib:mlx5_6/1", "inspect")]
+
+
+def test_rdma_transport_retries_on_the_real_snapshot(realdata: Path, tmp_path: Path) -> None:
+    root = ib_tree(tmp_path, realdata / "infiniband" / "gpud" / "sys-class-infiniband-h100.0")
+    snap = read_sysfs_ib(root)
+    comp = "ib:mlx5_4/1"
+    assert snap.value(comp, "hw_local_ack_timeout_err") == 0
+    prev = {(comp, m): (0.0, NOW - 3600) for m in ("hw_local_ack_timeout_err", "hw_packet_seq_err",
+                                                   "hw_out_of_sequence", "hw_rnr_nak_retry_err")}
+    vals = {c: dict(v) for c, v in context(snap.observations, {}, NOW).values.items()}
+    vals[comp]["hw_local_ack_timeout_err"] = 250
+    found = [f for f in evaluate(counter_rules(), Context(vals, prev, NOW)) if f.kind == "ib_transport_errors"]
+    assert [(f.component, f.attrs["rate"]) for f in found] == [(comp, 250.0)]

@@ -134,7 +134,9 @@ def _test(c: Condition, comp: str, ctx: Context) -> tuple[bool, dict[str, Scalar
         facts["limit"] = limit
         return (nv > limit) if op == "gt_metric" else (nv < limit), facts
     if op in ("increase", "rate_per_hour"):
-        prev = [ctx.previous.get((comp, m)) for m in c.metrics]
+        # the counters this component has (an HCA may lack some of a summed list)
+        present = [m for m in c.metrics if _num(values.get(m)) is not None]
+        prev = [ctx.previous.get((comp, m)) for m in present]
         nv = _num(v)
         if nv is None or any(p is None for p in prev):
             return False, facts
