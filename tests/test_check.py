@@ -311,3 +311,18 @@ def test_console_script_exit_codes(realdata: Path, sysroot: Path) -> None:
                              timeout=60, check=False)
     assert [p.returncode for p in (ok, warn, crit, unknown)] == [0, 1, 2, 3]
     assert json.loads(crit.stdout)["status"] == "critical" and crit.stderr == ""
+
+
+def test_rates_survive_a_cycle_where_the_source_failed(sysroot: Path, tmp_path: Path) -> None:
+    memory = CheckMemory()
+    clock = FakeClock()
+    cfg = _cfg(sysroot, checks=("ib",))
+    run_check(cfg, clock, memory=memory)
+    clock.advance(600)
+    broken = _cfg(tmp_path / "gone", checks=("ib",))
+    assert run_check(broken, clock, memory=memory).result("ib").status is Status.UNKNOWN  # type: ignore[union-attr]
+    clock.advance(600)
+    set_file(sysroot, f"{ib_port(sysroot, 'mlx5_9')}/counters/symbol_error", "100")
+    r = run_check(cfg, clock, memory=memory)
+    assert [(f.component, f.attrs["rate"]) for f in r.findings if f.kind == "ib_symbol_errors"] == [
+        ("ib:mlx5_9/1", 300.0)]  # 100 over the 20 minutes since the last good read

@@ -38,6 +38,9 @@ from minutiae.model import Action, CheckResult, Finding, Observation, Severity, 
 if TYPE_CHECKING:
     from minutiae.sources.nvml import NvmlApi
 
+#: how long a counter value not seen again stays the baseline for rates (a source down, a port gone)
+COUNTER_TTL_S = 24 * 3600.0
+
 #: the check groups, in display order
 CHECKS = ("gpu", "ib", "pcie", "kernel_log")
 
@@ -164,8 +167,12 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
     if "kernel_log" in cfg.checks and cfg.kmsg is not None:
         results.append(check_kernel_log(cfg.kmsg, cfg.year, mem, clock, node))
 
-    mem.counters = {(o.component, o.metric): (float(o.value), now) for o in all_obs
-                    if isinstance(o.value, int | float) and not isinstance(o.value, bool)}
+    # values a failed source did not deliver this cycle stay as the baseline for a while, so a
+    # transient UNKNOWN does not cost the next cycle its rates
+    fresh = {(o.component, o.metric): (float(o.value), now) for o in all_obs
+             if isinstance(o.value, int | float) and not isinstance(o.value, bool)}
+    kept = {k: v for k, v in mem.counters.items() if k not in fresh and now - v[1] <= COUNTER_TTL_S}
+    mem.counters = {**kept, **fresh}
     if memory is None and cfg.state_file is not None:
         try:
             save_state(cfg.state_file, mem, now)
