@@ -121,3 +121,29 @@ def test_stopped_rank_is_a_finding() -> None:
     report = analyse(m, Options())
     assert [(s.rank, s.last_step, s.job_last_step) for s in report.stopped] == [(13, 69, 119)]
     assert report.suspects == ()
+
+
+def test_node_test_finds_a_mildly_slow_node_before_its_ranks() -> None:
+    spec = SynthSpec(ranks=512, steps=200, stages=4, seed=21,
+                     faults=(Fault(FaultKind.NODE, 30, 0.04, 100),))
+    job, report, outcomes, false = _run(spec)
+    assert false == []
+    (o,) = outcomes
+    assert o.detected and o.located and o.latency is not None and o.latency <= 8
+    (s,) = report.suspects
+    assert s.scope is Scope.NODE and s.component == "node:gpu030" and len(s.ranks) == 8
+    assert 0.025 < s.slowdown < 0.055 and s.ci_low < 0.04 < s.ci_high
+
+
+def test_role_column_separates_peers() -> None:
+    import polars as pl
+
+    from minutiae.analyses.stragglers_prep import prepare
+
+    job = SynthJob(SynthSpec(ranks=64, steps=80, stages=1, seed=4))
+    t = job.table().with_columns(
+        pl.when(pl.col("rank") % 2 == 0).then(pl.lit("expert")).otherwise(pl.lit("dense")).alias("role"),
+        pl.when(pl.col("rank") % 2 == 0).then(pl.col("seconds") * 1.15).otherwise(pl.col("seconds")).alias("seconds"))
+    report = analyse(prepare(t, "roles.csv"))
+    assert report.grouping == "by stage column" and report.groups == 2
+    assert report.suspects == ()

@@ -23,7 +23,7 @@ def _read(data: bytes) -> None:
         df = parse_timings(data, "x.csv")
         m = prepare(df, "x.csv")
         if m.ranks.size >= 3 and m.steps.size >= 3:
-            analyse(m)
+            analyse(m, where="x.csv")
     except InputError as exc:
         assert "x.csv" in str(exc)
 
@@ -56,7 +56,7 @@ def test_arbitrary_rows(rows: list[tuple[int, int, object]]) -> None:
     try:
         m = prepare(df, "rows.csv")
         if m.ranks.size >= 3 and m.steps.size >= 3:
-            analyse(m)
+            analyse(m, where="rows.csv")
     except InputError as exc:
         assert "rows.csv" in str(exc)
 
@@ -79,3 +79,24 @@ def test_parquet_roundtrip(tmp_path) -> None:  # type: ignore[no-untyped-def]
             parse_timings(data[:cut], str(path))
         except InputError as exc:
             assert str(path) in str(exc)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(-2, 60), st.integers(-1, 20),
+                          st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32),
+                                    st.just(1.0))), min_size=1, max_size=400),
+       st.integers(1, 5))
+def test_stream_survives_anything(rows: list[tuple[int, int, float]], chunks: int) -> None:
+    from minutiae.analyses.stragglers import Options
+    from minutiae.analyses.stragglers_stream import StragglerStream
+
+    df = pl.DataFrame(rows, schema={"step": pl.Int64, "rank": pl.Int64, "seconds": pl.Float64},
+                      orient="row")
+    stream = StragglerStream(Options(warmup=3), "live.csv")
+    try:
+        for part in range(chunks):
+            stream.feed(df.filter(pl.col("step") % chunks == part))
+        stream.feed(pl.DataFrame(), final=True)
+        stream.report()
+    except InputError as exc:
+        assert "live.csv" in str(exc)

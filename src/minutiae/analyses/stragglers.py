@@ -171,6 +171,11 @@ class StragglerAnalysis:
         """Test the steps of ``m``; returns how many ranks alarmed for the first time."""
         if m.ranks.size != self.meta.ranks.size or not np.array_equal(m.ranks, self.meta.ranks):
             raise DataError("rank set changed after calibration", self.where or None)
+        for w in m.warnings:
+            if w not in self.warnings and len(self.warnings) < MAX_WARNINGS:
+                self.warnings.append(w)
+        if m.steps.size == 0:
+            return 0
         r = self.compute.ratios(m.compute)
         fresh = 0
         if self.nodes is not None and self.layout is not None:
@@ -183,9 +188,6 @@ class StragglerAnalysis:
             warnings.simplefilter("ignore", RuntimeWarning)
             stride = max(1, m.total.shape[1] // 4096)  # the typical step: a sample is enough
             self.total_medians.extend(np.nanmedian(m.total[:, ::stride], axis=1).tolist())
-        for w in m.warnings:
-            if w not in self.warnings and len(self.warnings) < MAX_WARNINGS:
-                self.warnings.append(w)
         return fresh
 
     def report(self) -> StragglerReport:

@@ -1,7 +1,8 @@
 """From the long timing table (DESIGN.md contract) to dense (steps, ranks) matrices.
 
 Input columns: ``step,rank,seconds`` (or ``ms`` in milliseconds), optional ``node,gpu,stage,
-leaf,section``; others are ignored. Rows whose ``section`` is empty/``step``/``total`` are step
+role,leaf,section`` (``role``: expert group, data-parallel replica kind... ranks are compared
+with those of the same stage and role); others are ignored. Rows whose ``section`` is empty/``step``/``total`` are step
 totals; other sections are split into collective sections (all-reduce, all-gather,
 reduce-scatter, barrier, p2p, wait, ...: ``is_comm``) and compute sections.
 
@@ -27,6 +28,7 @@ COMM_WORDS = ("allreduce", "all-reduce", "all_reduce", "reduce-scatter", "reduce
               "comm", "nccl", "barrier", "wait", "p2p", "send", "recv", "collective", "sync")
 TOTAL_NAMES = frozenset({"", "step", "total", "iteration", "train_step"})
 HUGE_SECONDS = 1e6
+TINY_SECONDS = 1e-9  # below a nanosecond no step was measured (and float32 flushes it to 0)
 MS_RATIO = (200.0, 5000.0)
 
 
@@ -86,9 +88,12 @@ def _normalise(df: pl.DataFrame, where: str, warnings: list[str]) -> pl.DataFram
     for c in ("node", "leaf"):
         if c in df.columns:
             cols.append(pl.col(c).cast(pl.String))
-    for c in ("gpu", "stage"):
-        if c in df.columns:
-            cols.append(pl.col(c).cast(pl.String if c == "stage" else pl.Int64, strict=False))
+    if "gpu" in df.columns:
+        cols.append(pl.col("gpu").cast(pl.Int64, strict=False))
+    peer = [c for c in ("stage", "role") if c in df.columns]
+    if peer:  # peers do the same work: same pipeline stage and, when given, the same role
+        cols.append(pl.concat_str([pl.col(c).cast(pl.String) for c in peer], separator="|")
+                    .alias("stage"))
     df = df.select(cols)
     n0 = df.height
     bad_id = pl.col("step").is_null() | pl.col("rank").is_null() | (pl.col("step") < 0) | (pl.col("rank") < 0)
@@ -104,10 +109,12 @@ def _normalise(df: pl.DataFrame, where: str, warnings: list[str]) -> pl.DataFram
         warnings.append(f"{nb} of {n0} rows with missing, non-numeric, zero or negative durations "
                         f"skipped (first: step {first['step']} rank {first['rank']})")
         df = df.filter(~bad)
-    nh = int(df.select((sec > HUGE_SECONDS).sum()).item())
+    implausible = (sec > HUGE_SECONDS) | (sec < TINY_SECONDS)
+    nh = int(df.select(implausible.sum()).item())
     if nh:
-        warnings.append(f"{nh} rows with implausible durations (> {HUGE_SECONDS:.0e} s) skipped")
-        df = df.filter(sec <= HUGE_SECONDS)
+        warnings.append(f"{nh} rows with implausible durations (> {HUGE_SECONDS:.0e} s or "
+                        f"< {TINY_SECONDS:.0e} s) skipped")
+        df = df.filter(~implausible)
     if df.height == 0:
         raise DataError("no usable timing rows", where)
     before = df.height
@@ -245,13 +252,12 @@ def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatr
     step = df["step"].cast(pl.Int64, strict=False).fill_null(-1).to_numpy()
     rank = df["rank"].cast(pl.Int64, strict=False).fill_null(-1).to_numpy()
     sec = df["seconds"].cast(pl.Float64, strict=False).fill_null(np.nan).to_numpy()
-    good = (step >= 0) & (rank >= 0) & np.isfinite(sec) & (sec > 0) & (sec <= HUGE_SECONDS)
+    good = ((step >= 0) & (rank >= 0) & np.isfinite(sec) & (sec >= TINY_SECONDS)
+            & (sec <= HUGE_SECONDS))
     if not good.all():
         warnings.append(f"{int((~good).sum())} of {good.size} rows with a missing, non-numeric, "
                         f"zero, negative or implausible step/rank/duration skipped")
         step, rank, sec = step[good], rank[good], sec[good]
-    if step.size == 0:
-        return None
     if rank.size == ranks.size and np.array_equal(rank, ranks):  # one full step, in rank order
         ri, known = np.arange(ranks.size), np.ones(rank.size, dtype=bool)
     else:
@@ -261,11 +267,17 @@ def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatr
         warnings.append(f"rows of {np.unique(rank[~known]).size} rank(s) unseen during "
                         "calibration skipped")
         step, ri, sec = step[known], ri[known], sec[known]
-    if step.size and step.min() == step.max():
+    n_r = ranks.size
+    if step.size == 0:  # nothing usable in these rows: an empty block carrying the warnings
+        empty = np.zeros((0, n_r), dtype=np.float32)
+        n = (None,) * n_r
+        return TimingMatrix(np.zeros(0, dtype=np.int64), ranks, empty, empty, None, n,
+                            np.full(n_r, -1, dtype=np.int64), None, n, Basis.STEP,
+                            tuple(warnings))
+    if step.min() == step.max():
         steps_u, si = step[:1], np.zeros(step.size, dtype=np.int64)
     else:
         steps_u, si = np.unique(step, return_inverse=True)
-    n_r = ranks.size
     lin = si * n_r + ri
     flat = np.full(steps_u.size * n_r, np.nan, dtype=np.float32)
     flat[lin] = sec

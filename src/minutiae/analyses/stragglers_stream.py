@@ -73,7 +73,9 @@ class StragglerStream:
             m = fast if fast is not None else prepare(ready, self.where, self.leaf_of,
                                                       ranks=self.ranks)
         fresh = self.analysis.update(m)
-        self.done_step = max(self.done_step, int(m.steps[-1]))
+        top = ready["step"].max()
+        if isinstance(top, int):
+            self.done_step = max(self.done_step, top)
         self.buffer = [rest] if rest.height else []
         if not fresh:
             return []
