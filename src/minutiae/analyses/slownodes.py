@@ -194,7 +194,6 @@ def analyse_telemetry(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
     interval = float(np.median(np.diff(times))) if times.size > 1 else 60.0
     n_gpus = df.select(pl.struct("node", "gpu").n_unique()).item()
     n_nodes = df["node"].n_unique()
-    df = _counter_rates(df, interval)
     df = df.filter(busy).with_columns((pl.col("time") / interval).round().cast(pl.Int64).alias("bucket"))
     if df.height == 0:
         return SlowReport((), n_gpus, n_nodes, 0, interval, float("nan"),
@@ -229,6 +228,11 @@ def _counter_rates(df: pl.DataFrame, interval: float) -> pl.DataFrame:
 
 def _episodes(df: pl.DataFrame, slow: pl.Expr, metric: str, interval: float,
               opts: SlowOptions, noise: float) -> list[SlowFinding]:
+    # only GPUs with at least one slow sample can have an episode: work on those alone
+    cand = df.filter(slow.fill_null(False)).select("node", "gpu").unique()
+    if cand.height == 0:
+        return []
+    df = _counter_rates(df.join(cand, on=["node", "gpu"], how="semi"), interval)
     flagged = (df.select("node", "gpu", "time", slow.fill_null(False).alias("slow"), "peers",
                          "d_sm_clock_mhz", *[c for c in ("d_temp_c", "d_power_w", "d_ib_xmit_mbps",
                                                           "pcie_replay_per_h") if c in df.columns],
