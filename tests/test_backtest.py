@@ -365,3 +365,12 @@ def test_repeat_rules_of_the_agent_engine_drain_and_clear(tmp_path: Path) -> Non
     # the engine's finding: error/inspect, where each link-down alone is warning/none
     assert d.evidence[0].startswith("[error/inspect] ib_link 0000:9d:00.1: "), d.evidence
     assert r.drains[0].kind == "ib_link"
+
+
+def test_reading_in_worker_processes_gives_the_same_history(tmp_path: Path) -> None:
+    kern = {f"gpu{i:03d}": [kline(T0 + 60 * i, XID79)] for i in range(1, 129, 9)}
+    root = write_dataset(tmp_path / "ds", nodes=128, days=0.1, kern=kern,
+                         maintenance=[(T0 + 300, "gpu002")])
+    one, two = load_history(root), load_history(root, jobs=2)
+    assert one.events == two.events and one.suppressed == two.suppressed
+    assert sum(1 for e in one.events if e.report is not None and e.report.findings) == 15

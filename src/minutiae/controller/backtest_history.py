@@ -42,6 +42,8 @@ from minutiae.sim.truth import TruthEvent, parse_truth_lines
 from minutiae.sources import history as files
 
 DOMAIN_COLUMNS = ("rack", "leaf", "nvl_domain")
+#: below this many nodes a dataset is read in-process (worker start-up would cost more)
+PARALLEL_MIN_NODES = 128
 
 
 class EventKind(Enum):
@@ -197,8 +199,21 @@ def _node_reports(node: str, logs: list[TimedFinding], boots: list[float],
     return events, suppressed
 
 
+def _load_node(task: tuple[Path, str, tuple[Window, ...], float, float, int, bool]
+               ) -> tuple[list[NodeEvent], int]:
+    """One node's events (module level: it runs in worker processes with ``jobs`` > 1)."""
+    root, node, own, start, end, year, honour = task
+    kern, ib_text = files.read_node(root, node)
+    logs, boots = log_signals(kern, year) if kern else ([], [])
+    ib = ib_signals(ib_text, str(root / "nodes" / node / "ib.csv")) if ib_text else []
+    counted = count_signals([tf for tf in logs if not (honour and any(
+        w.start <= tf.time < w.end for w in own))], boots, node)
+    return _node_reports(node, logs, boots, ib, list(own), start, end, honour, counted)
+
+
 def load_simulated(root: Path, *, maintenance_window_s: float = 1800.0,
-                   honour_maintenance: bool = True) -> History:
+                   honour_maintenance: bool = True, jobs: int = 1) -> History:
+    """A simulated dataset; ``jobs`` > 1 rebuilds the nodes' reports in that many processes."""
     meta = files.read_meta(root)
     try:
         start, end = float(meta["start"]), float(meta["end"])
@@ -215,15 +230,19 @@ def load_simulated(root: Path, *, maintenance_window_s: float = 1800.0,
         by_node.setdefault(w.node, []).append(w)
     events: list[NodeEvent] = []
     suppressed = 0
-    for node in nodes:
-        kern, ib_text = files.read_node(root, node)
-        logs, boots = log_signals(kern, year) if kern else ([], [])
-        ib = ib_signals(ib_text, str(root / "nodes" / node / "ib.csv")) if ib_text else []
-        own = by_node.get(node, [])
-        counted = count_signals([tf for tf in logs if not (honour_maintenance and any(
-            w.start <= tf.time < w.end for w in own))], boots, node)
-        evs, sup = _node_reports(node, logs, boots, ib, own, start, end,
-                                 honour_maintenance, counted)
+    tasks = [(root, node, tuple(by_node.get(node, ())), start, end, year, honour_maintenance)
+             for node in nodes]
+    if jobs > 1 and len(nodes) >= PARALLEL_MIN_NODES:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # forkserver: clean workers, never a fork of a process that runs threads
+        ctx = multiprocessing.get_context("forkserver")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            results = list(pool.map(_load_node, tasks, chunksize=max(1, len(tasks) // (4 * jobs))))
+    else:
+        results = [_load_node(t) for t in tasks]
+    for evs, sup in results:
         events.extend(evs)
         suppressed += sup
     events.extend(_jobs(files.read_csv(root, "jobs.csv", ("job_id", "start", "end", "nodes")),
@@ -273,11 +292,11 @@ def load_recorded(root: Path, *, maintenance_window_s: float = 1800.0,
 
 
 def load_history(root: str | Path, *, maintenance_window_s: float = 1800.0,
-                 honour_maintenance: bool = True) -> History:
+                 honour_maintenance: bool = True, jobs: int = 1) -> History:
     """Load ``root`` as whichever history it holds (simulated dataset or recorded reports)."""
     p = Path(root)
     if files.layout(p) == files.SIMULATED:
         return load_simulated(p, maintenance_window_s=maintenance_window_s,
-                              honour_maintenance=honour_maintenance)
+                              honour_maintenance=honour_maintenance, jobs=jobs)
     return load_recorded(p, maintenance_window_s=maintenance_window_s,
                          honour_maintenance=honour_maintenance)

@@ -175,7 +175,6 @@ def ib_signals(text: str, where: str) -> list[tuple[float, tuple[Finding, ...]]]
     rows.sort(key=lambda r: float(r["time"]) if _num(r["time"]) else 0.0)
     nongroup = tuple(r for r in ib_rules() if r.cond.op != "below_group_max")
     group = tuple(r for r in ib_rules() if r.cond.op == "below_group_max")
-    files: dict[tuple[str, str], dict[str, str]] = {}
     values: dict[str, dict[str, Any]] = {}
     prev: dict[str, dict[str, Any]] = {}
     prev_t: float | None = None
@@ -187,12 +186,13 @@ def ib_signals(text: str, where: str) -> list[tuple[float, tuple[Finding, ...]]]
         comps = set()
         regroup = False
         for (dev, port), f in changed.items():
-            files.setdefault((dev, port), {}).update(f)
+            # the parser turns only the files that changed into values (the rest are kept);
+            # its "missing file" problems for the unchanged ones are meaningless here
             b = SnapshotBuilder("sysfs-ib", t)
-            parse_ib_port(b, dev, port, files[(dev, port)], f"{where}:{dev}/{port}")
+            parse_ib_port(b, dev, port, f, f"{where}:{dev}/{port}")
             comp = ib_component(dev, port)
-            new = {o.metric: o.value for o in b.build()}
             old = values.get(comp)
+            new = {**(old or {}), **{o.metric: o.value for o in b.build()}}
             regroup = regroup or old is None or any(old.get(m) != new.get(m) for m in grouped)
             values[comp] = new
             comps.add(comp)
