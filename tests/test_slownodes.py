@@ -37,7 +37,7 @@ def fleet_telemetry(seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataF
             clock[win, 3] /= 1.125
             temp[win, 3] = 89
             reasons[win, 3] |= HW_SLOWDOWN | SW_THERMAL | HW_THERMAL
-        if node == "gpu010":                      # PCIe replays but full speed: evidence only
+        if node == "gpu010":                      # a retrying PCIe link at full SM clock
             replay[:, 5] = np.cumsum(rng.poisson(20, n_t))
         if node == "gpu012":                      # NIC rail 1 sends 40 % less for 1 h
             xmit[36:48, 1] *= 0.6
@@ -70,7 +70,7 @@ def test_finds_exactly_the_injected_ones_with_evidence() -> None:
     report = analyse_telemetry(tel, fleet, jobs)
     got = {(f.node, f.gpu, f.scope, f.metric) for f in report.findings}
     assert got == {("gpu003", None, "node", "sm_clock"), ("gpu007", 3, "gpu", "sm_clock"),
-                   ("gpu012", 1, "link", "ib_xmit")}
+                   ("gpu012", 1, "link", "ib_xmit"), ("gpu010", 5, "gpu", "pcie_replay")}
     by = {(f.node, f.metric): f for f in report.findings}
     thermal = by[("gpu007", "sm_clock")]
     assert thermal.duration_s == pytest.approx(40 * 60)
@@ -83,6 +83,10 @@ def test_finds_exactly_the_injected_ones_with_evidence() -> None:
     node = by[("gpu003", "sm_clock")]
     assert node.evidence.startswith("all 8 GPUs on node gpu003 ran 8% below their peers' SM clock "
                                     "for 6.0 h, no clock-event reason reported")
+    replay = by[("gpu010", "pcie_replay")]
+    assert replay.pcie_replays_per_hour == pytest.approx(240, rel=0.15)
+    assert replay.evidence.startswith("GPU 5 on node gpu010 logged 2")
+    assert "PCIe replays/h for 5.9 h" in replay.evidence and abs(replay.deficit) < 0.01
     link = by[("gpu012", "ib_xmit")]
     assert link.deficit == pytest.approx(0.4, abs=0.03) and link.duration_s == 3600
     assert 0.002 < report.noise < 0.006
@@ -112,7 +116,7 @@ def test_cli_on_a_dataset_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert rc == 1 and doc["gpus"] == 128 and doc["nodes"] == 16
     first = doc["suspects"][0]
     assert {"node", "gpu", "scope", "metric", "deficit", "evidence", "start", "end"} <= set(first)
-    assert {s["node"] for s in doc["suspects"]} == {"gpu003", "gpu007", "gpu012"}
+    assert {s["node"] for s in doc["suspects"]} == {"gpu003", "gpu007", "gpu010", "gpu012"}
     rc = main(["slownodes", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 1 and "- GPU 3 on node gpu007 ran 11% below" in out

@@ -15,7 +15,9 @@ telemetry.parquet, or DCGM fields read from Prometheus). Method, all columnar (p
 
 Each finding carries its evidence: how far below peers, for how long, which clock-event
 reasons were active (NVML ``nvmlClocksEventReason*`` bits), temperature and power against peers,
-PCIe replay and NVLink error rates.
+PCIe replay and NVLink error rates. A PCIe link replaying at least ``pcie_per_hour`` for
+``min_duration`` is reported too (metric ``pcie_replay``), even at full clock: its transfers are
+retried.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class SlowOptions:
     ib_deficit: float = 0.2
     min_duration: float = 1800.0
     min_peers: int = 4
+    pcie_per_hour: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +212,8 @@ def analyse_telemetry(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
     if "d_ib_xmit_mbps" in df.columns:
         findings += _episodes(df, pl.col("d_ib_xmit_mbps") < -opts.ib_deficit, "ib_xmit",
                               interval, opts, noise)
+    if "pcie_replay" in df.columns:
+        findings += _replay_episodes(df, interval, opts, noise)
     findings = _merge_nodes(findings, df, interval)
     findings.sort(key=lambda f: (-f.deficit * f.duration_s, f.node, f.gpu or -1))
     return SlowReport(tuple(findings), n_gpus, n_nodes, df.height, interval, noise,
@@ -259,7 +264,7 @@ def _episodes(df: pl.DataFrame, slow: pl.Expr, metric: str, interval: float,
     for row in runs.iter_rows(named=True):
         reasons = tuple(name for bit, name in REASONS.items() if row[f"r{bit}"] >= 0.5)
         f = SlowFinding(
-            node=row["node"], gpu=int(row["gpu"]), scope="gpu" if metric == "sm_clock" else "link",
+            node=row["node"], gpu=int(row["gpu"]), scope="link" if metric == "ib_xmit" else "gpu",
             metric=metric, deficit=-float(row["dev"]), z=-float(row["dev"]) / noise,
             start=float(row["start"]), end=float(row["end"]) + interval, samples=int(row["samples"]),
             peers=int(row["peers"]), reasons=reasons, temp_delta_c=row.get("d_temp_c"),
@@ -270,7 +275,27 @@ def _episodes(df: pl.DataFrame, slow: pl.Expr, metric: str, interval: float,
     return out
 
 
+def _replay_episodes(df: pl.DataFrame, interval: float, opts: SlowOptions,
+                     noise: float) -> list[SlowFinding]:
+    """GPUs whose PCIe link replays at least ``pcie_per_hour`` for ``min_duration`` (a healthy
+    link replays a handful of times a day); a cheap counter-delta filter picks the candidates."""
+    need = opts.pcie_per_hour * opts.min_duration / 3600.0
+    counter = pl.col("pcie_replay").cast(pl.Float64)
+    cand = (df.group_by("node", "gpu").agg((counter.max() - counter.min()).alias("d"))
+            .filter(pl.col("d") >= need).select("node", "gpu"))
+    if cand.height == 0:
+        return []
+    sub = _counter_rates(df.join(cand, on=["node", "gpu"], how="semi"), interval)
+    return _episodes(sub, pl.col("pcie_replay_per_h") >= opts.pcie_per_hour, "pcie_replay",
+                     interval, opts, noise)
+
+
 def _with_evidence(f: SlowFinding, gpus: int | None = None) -> SlowFinding:
+    if f.metric == "pcie_replay":
+        text = (f"GPU {f.gpu} on node {f.node} logged {f.pcie_replays_per_hour or 0:.0f} PCIe "
+                f"replays/h for {_minutes(f.duration_s)} (a retrying link), SM clock "
+                f"{-f.deficit:+.0%} vs peers")
+        return replace(f, evidence=text)
     what = "IB transmit rate" if f.metric == "ib_xmit" else "SM clock"
     who = (f"all {gpus} GPUs on node {f.node}" if gpus else f"GPU {f.gpu} on node {f.node}")
     text = (f"{who} ran {f.deficit:.0%} below {'their' if gpus else 'its'} peers' {what} for "
