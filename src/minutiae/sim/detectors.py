@@ -217,7 +217,9 @@ def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
 
 # ------------------------------------------------------------------ GPU telemetry (DCGM fields)
 QUIET_REASONS = 0x1 | 0x4          # GPU idle, SW power cap: not a slowdown worth a look
-HEARTBEAT_S = 6 * 3600.0
+HEARTBEAT_S = 86400.0
+COUNTER_CADENCE_S = 900.0
+COUNTERS = ("pcie_replay", "nvlink_errors", "ecc_sbe", "ecc_dbe")
 
 
 def _telemetry(ctx: Context) -> tuple[list[Detection], list[str], int]:
@@ -232,84 +234,85 @@ def _telemetry(ctx: Context) -> tuple[list[Detection], list[str], int]:
     metric = {c: FIELDS[f][0] for c, (f, _t, _h) in DCGM_FIELDS.items() if f in FIELDS}
     metric["pcie_width"] = FIELDS["DCGM_FI_DEV_PCIE_LINK_WIDTH"][0]
     width_max = FIELDS["DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"][0]
+    comps = [f"gpu:0000:{gpu_bus(g)}:00.0" for g in range(g_n)]
     out: list[Detection] = []
     n = 0
     for batch in telemetry_batches(ctx.ds.root / "telemetry.parquet", cols):
-        arrs = {c: batch.column(c).to_numpy(zero_copy_only=False) for c in cols}
-        nodes = arrs["node"]
-        bounds = np.flatnonzero(nodes[1:] != nodes[:-1]) + 1
-        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(nodes)], strict=True):
-            node = str(nodes[lo])
+        arrs = {c: batch.column(c).to_numpy(zero_copy_only=False) for c in cols if c != "node"}
+        nodes = batch.column("node").dictionary_encode()
+        codes = nodes.indices.to_numpy(zero_copy_only=False)
+        names = nodes.dictionary.to_pylist()
+        bounds = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(codes)], strict=True):
+            node = str(names[codes[lo]])
             n += 1
-            sl = {c: arrs[c][lo:hi] for c in cols}
-            times, ti = np.unique(sl["time"], return_inverse=True)
-            gi = sl["gpu"].astype(int)
+            times, ti = np.unique(arrs["time"][lo:hi], return_inverse=True)
+            gi = arrs["gpu"][lo:hi].astype(int)
             present = np.zeros((len(times), g_n), dtype=bool)
             present[ti, gi] = True
             grid = {}
-            for c in (*metric, ):
+            for c in metric:
                 m = np.zeros((len(times), g_n), dtype=np.float64)
-                m[ti, gi] = sl[c]
+                m[ti, gi] = arrs[c][lo:hi]
                 grid[c] = m
-            moved = _telemetry_triggers(grid, present, g_n, times)
-            prev: dict[tuple[str, str], tuple[float, float]] = {}
+            dirty, node_dirty, cad_s = _telemetry_triggers(grid, present, times)
+            last: dict[tuple[str, str], float] = {}
             active = _Active()
-            last_i = -2
-            for k in np.flatnonzero(moved):
-                if k - 1 != last_i and k > 0:
-                    prev = _gpu_prev(grid, metric, present, k - 1, float(times[k - 1]), gpu_bus)
+            for k in np.flatnonzero(dirty.any(axis=1) | node_dirty):
+                t = float(times[k])
+                gs = np.flatnonzero(dirty[k])
                 obs: list[Observation] = []
-                for g in np.flatnonzero(present[k]):
-                    comp = f"gpu:0000:{gpu_bus(int(g))}:00.0"
+                scope = {comps[g] for g in gs}
+                for g in gs:
+                    if not present[k, g]:
+                        continue
                     for c, mname in metric.items():
                         v = grid[c][k, g]
-                        obs.append(Observation("dcgm", comp, mname, float(v) if c in ("power_w", "temp_c") else int(v),
-                                               float(times[k])))
-                    obs.append(Observation("dcgm", comp, width_max, 16, float(times[k])))
-                obs.append(Observation("dcgm", "node", "gpu_count", int(present[k].sum()), float(times[k])))
-                t = float(times[k])
-                extra: dict[str, dict[str, Any]] = {"node": {"expected_gpus": g_n,
-                                                             "uptime_s": ctx.ds.uptime(node, t)}}
-                for f in active.fresh(evaluate(rules, context(obs, prev, t, extra))):
+                        obs.append(Observation("dcgm", comps[g], mname,
+                                               float(v) if c in ("power_w", "temp_c") else int(v), t))
+                    obs.append(Observation("dcgm", comps[g], width_max, 16, t))
+                extra: dict[str, dict[str, Any]] | None = None
+                if node_dirty[k]:
+                    scope.add("node")
+                    obs.append(Observation("dcgm", "node", "gpu_count", int(present[k].sum()), t))
+                    extra = {"node": {"expected_gpus": g_n, "uptime_s": ctx.ds.uptime(node, t)}}
+                prev = {(o.component, o.metric): (last[(o.component, o.metric)], t - cad_s)
+                        for o in obs if (o.component, o.metric) in last}
+                found = evaluate(rules, context(obs, prev, t, extra))
+                for f in active.fresh(found, scope):
                     d = ctx.detection("telemetry", node, t, f)
                     if d is not None:
                         out.append(d)
-                prev = {(o.component, o.metric): (float(o.value), t) for o in obs
-                        if isinstance(o.value, int | float) and not isinstance(o.value, bool)}
-                last_i = int(k)
+                for o in obs:
+                    if isinstance(o.value, int | float) and not isinstance(o.value, bool):
+                        last[(o.component, o.metric)] = float(o.value)
     return out, [], n
 
 
-def _telemetry_triggers(grid: dict[str, np.ndarray], present: np.ndarray, g_n: int,
-                        times: np.ndarray) -> np.ndarray:
-    """Samples at which an agent's check could see something new: a GPU appears/vanishes, the
-    PCIe width, a >= 80 C reading or a non-quiet clock-event reason changes (immediately), a
-    counter moved (at the agent's 15-minute counter cadence), or a 6-hourly heartbeat. Between
-    them every value is unchanged or quiet, so the rules' outcome is unchanged."""
+def _telemetry_triggers(grid: dict[str, np.ndarray], present: np.ndarray,
+                        times: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Which GPUs an agent's check must look at, per sample: a GPU appears/vanishes or its PCIe
+    width, >= 80 C reading or non-quiet clock-event reason changes (at once); a counter moved
+    (at a 15-minute counter cadence); every GPU once a day. Between those samples every value
+    a rule reads is unchanged or quiet, so the rules' outcome is unchanged. Returns the (T, G)
+    mask, the (T,) mask of node-level checks (GPU count) and the counter cadence in seconds."""
     t_n = len(times)
     dt = float(times[1] - times[0]) if t_n > 1 else 300.0
-    moved = np.zeros(t_n, dtype=bool)
-    state = [present, np.where(present, grid["pcie_width"], 0), grid["temp_c"] >= 80,
-             grid["clock_event_reasons"].astype(np.int64) & ~QUIET_REASONS]
-    for m in state:
-        moved[1:] |= (m[1:] != m[:-1]).any(axis=1)
-    moved[0] = True
-    cad = max(1, int(round(900.0 / dt)))
+    dirty = np.zeros(present.shape, dtype=bool)
+    for m in (present, np.where(present, grid["pcie_width"], 0), grid["temp_c"] >= 80,
+              grid["clock_event_reasons"].astype(np.int64) & ~QUIET_REASONS):
+        dirty[1:] |= m[1:] != m[:-1]
+    cad = max(1, int(round(COUNTER_CADENCE_S / dt)))
     idx = np.arange(cad, t_n, cad)
-    for c in ("pcie_replay", "nvlink_errors", "ecc_sbe", "ecc_dbe"):
-        moved[idx] |= (grid[c][idx] != grid[c][idx - cad]).any(axis=1)
-    moved[:: max(1, int(HEARTBEAT_S / dt))] = True
-    return moved
-
-
-def _gpu_prev(grid: dict[str, np.ndarray], metric: dict[str, str], present: np.ndarray, k: int,
-              t: float, bus: Callable[[int], str]) -> dict[tuple[str, str], tuple[float, float]]:
-    out = {}
-    for g in np.flatnonzero(present[k]):
-        comp = f"gpu:0000:{bus(int(g))}:00.0"
-        for c, mname in metric.items():
-            out[(comp, mname)] = (float(grid[c][k, g]), t)
-    return out
+    for c in COUNTERS:
+        dirty[idx] |= grid[c][idx] != grid[c][idx - cad]
+    beat = np.zeros(t_n, dtype=bool)
+    beat[:: max(1, int(HEARTBEAT_S / dt))] = True
+    dirty[beat] |= present[beat]
+    cnt = present.sum(axis=1)
+    node_dirty = beat.copy()
+    node_dirty[1:] |= cnt[1:] != cnt[:-1]
+    return dirty, node_dirty, cad * dt
 
 
 # ------------------------------------------------------------------ stragglers (per job)

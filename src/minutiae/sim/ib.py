@@ -138,12 +138,28 @@ def write_ib_csv(fh: TextIO, s: IbSeries, rate_text: str, degraded_text: str) ->
     return len(rows)
 
 
-def _put(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+class _Writer:
+    """Writes small read-only files; a file whose text was already written in this tree becomes
+    a hard link to the first one (most counters are "0"): same bytes for any reader, ~4x fewer
+    inodes to create."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, str] = {}
+
+    def put(self, path: str, text: str) -> None:
+        src = self.first.get(text)
+        if src is not None:
+            try:
+                os.link(src, path)
+                return
+            except OSError:
+                pass
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        self.first.setdefault(text, path)
 
 
 def write_sysfs(root: Path, s: IbSeries, fleet_cfg: dict[str, object], fw: str,
@@ -151,6 +167,7 @@ def write_sysfs(root: Path, s: IbSeries, fleet_cfg: dict[str, object], fw: str,
     """The last sample as a real sysfs tree under ``root/class/infiniband`` (files read-only,
     as in sysfs)."""
     ib = os.path.join(root, "class", "infiniband")
+    _put = _Writer().put
     ports = s.state.shape[1]
     last = -1
     for p in range(ports):

@@ -37,9 +37,9 @@ def node_telemetry(node: str, times: np.ndarray, gpus: int, events: list[TruthEv
     width = np.full((t_n, gpus), 16, dtype=np.int8)
     present = np.ones((t_n, gpus), dtype=bool)
     dbe = np.zeros((t_n, gpus), dtype=np.int64)
-    nvl = rng.binomial(1, 0.0005, size=(t_n, gpus)).astype(np.int64)
-    replay = rng.binomial(1, 0.001, size=(t_n, gpus)).astype(np.int64)
-    sbe = rng.binomial(1, 0.0005, size=(t_n, gpus)).astype(np.int64)
+    nvl = rng.binomial(1, 0.0002, size=(t_n, gpus)).astype(np.int64)
+    replay = rng.binomial(1, 0.0003, size=(t_n, gpus)).astype(np.int64)
+    sbe = rng.binomial(1, 0.0002, size=(t_n, gpus)).astype(np.int64)
     ib_down = np.zeros((t_n, gpus), dtype=bool)
     for ev in events:
         g = int(ev.details.get("gpu", 0)) % gpus
