@@ -72,3 +72,20 @@ def test_rollout_precision_recall_over_seeds() -> None:
             fp += v.cause and not truth[v.attr]
             fn += (not v.cause) and truth[v.attr]
     assert fp == 0 and tp >= 7 and fn <= 1
+
+
+def test_two_way_projection_is_exact_least_squares() -> None:
+    import numpy as np
+
+    from minutiae.analyses.attribution_stats import make_panel
+
+    f = synth_fleet(FleetConfig(seed=2, signatures=6, runs_per_signature=(20, 40), days=10))
+    p = make_panel(f.records)
+    n = len(p.runs)
+    dummies = np.zeros((n, p.n_groups + p.n_bins))
+    dummies[np.arange(n), p.g] = 1
+    dummies[np.arange(n), p.n_groups + p.d] = 1
+    x = np.random.default_rng(0).normal(size=(n, 3))
+    ref = x - dummies @ np.linalg.lstsq(dummies, x, rcond=None)[0]
+    assert np.abs(p.demean(x) - ref).max() < 1e-9
+    assert np.abs(p.demean(x[:, 0]) - ref[:, 0]).max() < 1e-9

@@ -27,6 +27,8 @@ WEEK = 7 * 86400.0
 ALPHA = 0.01
 #: fewest runs on each side, on days when both ran, before a rollout can be called a cause
 MIN_OVERLAP = 20
+#: signatures (best supported first) given a per-signature hint column
+MAX_HINT_SIGNATURES = 40
 #: family-wise rate for the per-signature hints
 HINT_ALPHA = 0.001
 #: smallest effect we call a cause (fraction)
@@ -72,15 +74,37 @@ class RolloutVerdict:
                 "signatures": [{"signature": sig, **e.to_json()} for sig, e in self.by_signature]}
 
 
-def _exposure_from_nodes(panel: Panel, ro: Rollout) -> tuple[np.ndarray, np.ndarray]:
-    anyx = np.zeros(len(panel.runs))
-    allx = np.zeros(len(panel.runs))
+@dataclass(frozen=True, slots=True)
+class _Membership:
+    """(run, node) pairs of the panel as flat arrays, for vectorised exposure."""
+
+    run: np.ndarray
+    node: np.ndarray
+    names: dict[str, int]
+    per_run: np.ndarray
+
+
+def _membership(panel: Panel) -> _Membership:
+    names: dict[str, int] = {}
+    runs, nodes = [], []
     for j, r in enumerate(panel.runs):
-        if not r.nodes:
-            continue
-        on = [ro.at.get(nd, math.inf) <= r.time for nd in r.nodes]
-        anyx[j], allx[j] = float(any(on)), float(all(on))
-    return anyx, allx
+        for nd in r.nodes:
+            runs.append(j)
+            nodes.append(names.setdefault(nd, len(names)))
+    run = np.array(runs, dtype=np.int64)
+    return _Membership(run, np.array(nodes, dtype=np.int64), names,
+                       np.bincount(run, minlength=len(panel.runs)))
+
+
+def _exposure_from_nodes(panel: Panel, mem: _Membership, ro: Rollout) -> tuple[np.ndarray, np.ndarray]:
+    at = np.full(len(mem.names), np.inf)
+    for nd, t in ro.at.items():
+        if nd in mem.names:
+            at[mem.names[nd]] = t
+    on = (at[mem.node] <= panel.t[mem.run]).astype(float)
+    hits = np.bincount(mem.run, weights=on, minlength=len(panel.runs))
+    has = mem.per_run > 0
+    return ((hits > 0) & has).astype(float), ((hits == mem.per_run) & has).astype(float)
 
 
 def infer_rollouts(runs: Sequence[RunRecord]) -> list[Rollout]:
@@ -108,9 +132,11 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
         return []
     n = len(panel.runs)
     anys, alls = [], []
+    mem: _Membership | None = None
     for ro in ros:
         if ro.at and any(r.nodes for r in panel.runs):
-            a, b = _exposure_from_nodes(panel, ro)
+            mem = mem or _membership(panel)
+            a, b = _exposure_from_nodes(panel, mem, ro)
         else:
             a = np.fromiter((ro.new in r.attrs.get(ro.attr, ()) for r in panel.runs), dtype=float, count=n)
             b = np.fromiter((r.attrs.get(ro.attr, frozenset()) == {ro.new} for r in panel.runs),
@@ -179,14 +205,17 @@ def _per_signature(panel: Panel, xmat: np.ndarray, i: int, sigs: list[str], n_ro
                    ) -> list[tuple[str, Effect]]:
     """Rollout ``i`` split into one column per signature (others kept fleet-wide)."""
     x = xmat[:, i]
-    cols, names = [], []
     labels = np.array([r.signature for r in panel.runs])
+    support = []
     for sg in sigs:
         m = labels == sg
         on = x[m] > 0
-        if on.sum() >= 3 and (~on).sum() >= 3:
-            cols.append(x * m)
-            names.append(sg)
+        n_on, n_off = int(on.sum()), int((~on).sum())
+        if n_on >= 3 and n_off >= 3:
+            support.append((min(n_on, n_off), sg, m))
+    support = sorted(support, key=lambda s: -s[0])[:MAX_HINT_SIGNATURES]
+    cols = [x * m for _, _, m in support]
+    names = [sg for _, sg, _ in support]
     if len(names) < 2:       # one signature: the fleet-wide effect already is that signature's
         return []
     others = np.delete(xmat, i, axis=1)

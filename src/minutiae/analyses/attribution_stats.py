@@ -54,29 +54,44 @@ class Panel:
     t: F64
     n_groups: int
     n_bins: int
+    proj: _Projector
+    y_within: F64        # y after the two-way projection (computed once)
 
     def demean(self, a: F64) -> F64:
-        """Remove signature and time-bin means (alternating projections, all columns at once)."""
+        """Residuals of ``a`` (a vector or the columns of a matrix) after signature and time-bin
+        effects: the exact two-way fixed-effects projection."""
+        out = np.asarray(a, dtype=np.float64)
+        if out.ndim == 1:
+            return self.proj.residual(out[:, None])[:, 0]
+        return self.proj.residual(out)
+
+
+class _Projector:
+    """Exact two-way within transform. With G (signature) and D (time-bin) one-hot matrices:
+    r = M_G (Y − D b), b = (Dᵀ M_G D)⁺ Dᵀ M_G Y, M_G Z = Z − G (GᵀG)⁻¹ Gᵀ Z. Only an
+    (n_bins × n_bins) matrix is inverted, so thousands of signatures cost nothing extra."""
+
+    def __init__(self, g: I64, d: I64, n_groups: int, n_bins: int) -> None:
         from scipy import sparse
 
-        n = self.g.size
+        n = g.size
         ones = np.ones(n)
-        gm = sparse.csr_matrix((ones, (np.arange(n), self.g)), shape=(n, self.n_groups))
-        dm = sparse.csr_matrix((ones, (np.arange(n), self.d)), shape=(n, self.n_bins))
-        cg = np.maximum(np.asarray(gm.sum(axis=0)).ravel(), 1.0)
-        cd = np.maximum(np.asarray(dm.sum(axis=0)).ravel(), 1.0)
-        out = np.array(a, dtype=np.float64, copy=True)
-        flat = out.ndim == 1
-        if flat:
-            out = out[:, None]
-        scale = max(float(np.abs(out).max(initial=0.0)), 1e-12)
-        for _ in range(500):
-            out = out - gm @ ((gm.T @ out) / cg[:, None])
-            step = dm @ ((dm.T @ out) / cd[:, None])
-            out = out - step
-            if float(np.abs(step).max(initial=0.0)) < 1e-10 * scale:
-                break
-        return out[:, 0] if flat else out
+        self.gm = sparse.csr_matrix((ones, (np.arange(n), g)), shape=(n, n_groups))
+        self.dm = sparse.csr_matrix((ones, (np.arange(n), d)), shape=(n, n_bins))
+        self.cg = np.maximum(np.bincount(g, minlength=n_groups).astype(float), 1.0)
+        cd = np.bincount(d, minlength=n_bins).astype(float)
+        self.dtg = (self.dm.T @ self.gm).tocsr()                      # n_bins × n_groups
+        k = np.diag(cd) - (self.dtg @ sparse.diags(1.0 / self.cg) @ self.dtg.T).toarray()
+        self.kinv = np.linalg.pinv(k) if n_bins else np.zeros((0, 0))
+
+    def _mg(self, z: F64) -> F64:
+        return np.asarray(z - self.gm @ ((self.gm.T @ z) / self.cg[:, None]))
+
+    def residual(self, y: F64) -> F64:
+        gty = self.gm.T @ y
+        dtmgy = self.dm.T @ y - self.dtg @ (gty / self.cg[:, None])
+        b = self.kinv @ dtmgy
+        return self._mg(y - self.dm @ b)
 
 
 def make_panel(runs: Sequence[RunRecord], bin_s: float = DAY) -> Panel:
@@ -95,7 +110,10 @@ def make_panel(runs: Sequence[RunRecord], bin_s: float = DAY) -> Panel:
             med = float(np.median(y[m]))
             mad = 1.4826 * float(np.median(np.abs(y[m] - med))) or 1e-4
             y[m] = np.clip(y[m], med - 4 * mad, med + 4 * mad)
-    return Panel(ordered, y, g, d.astype(np.int64), t, len(sigs), int(d.max(initial=-1)) + 1)
+    d64 = d.astype(np.int64)
+    n_bins = int(d.max(initial=-1)) + 1
+    proj = _Projector(g, d64, len(sigs), n_bins)
+    return Panel(ordered, y, g, d64, t, len(sigs), n_bins, proj, proj.residual(y[:, None])[:, 0])
 
 
 def informative(panel: Panel, x: F64) -> npt.NDArray[np.bool_]:
@@ -112,7 +130,7 @@ def fe_effect(panel: Panel, x: F64) -> Effect | None:
     keep = informative(panel, x)
     if keep.sum() < 3:
         return None
-    yt, xt = panel.demean(panel.y), panel.demean(x)
+    yt, xt = panel.y_within, panel.demean(x)
     sxx = float(xt @ xt)
     if sxx <= 1e-9:
         return None
@@ -131,17 +149,18 @@ def fe_joint(panel: Panel, xs: F64) -> list[Effect | None]:
     k = xs.shape[1]
     if k == 0:
         return []
-    yt, xt = panel.demean(panel.y), panel.demean(xs)
+    yt, xt = panel.y_within, panel.demean(xs)
     ok = np.array([float(xt[:, j] @ xt[:, j]) > 1e-12 for j in range(k)])
     out: list[Effect | None] = [None] * k
     if not ok.any():
         return out
     a = xt[:, ok]
-    beta, *_ = np.linalg.lstsq(a, yt, rcond=None)
+    xtx_inv = np.linalg.pinv(a.T @ a)         # normal equations: k is small, n may be 10^5
+    beta = xtx_inv @ (a.T @ yt)
     resid = yt - a @ beta
     dof = max(yt.size - panel.n_groups - panel.n_bins - int(ok.sum()), 1)
     s2 = max(float(resid @ resid) / dof, 1e-12)
-    cov = s2 * np.linalg.pinv(a.T @ a)
+    cov = s2 * xtx_inv
     for col, j in enumerate(np.flatnonzero(ok)):
         se = math.sqrt(max(float(cov[col, col]), 1e-18))
         p = float(2.0 * stats.t.sf(abs(beta[col]) / se, dof))

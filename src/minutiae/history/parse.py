@@ -23,6 +23,7 @@ from minutiae.history.issues import HistoryIssue, IssueKind
 from minutiae.history.record import CORE_COLUMNS, Metric, RunRecord
 
 _SPLIT = re.compile(r"[\s;|]+")
+_NODE_SEP = re.compile(r"[\s,;]+")
 _HOSTLIST = re.compile(r"([^\[\],\s]*)\[([0-9,\-\s]+)\]([^\[\],\s]*)")
 MAX_HOSTLIST = 100_000
 
@@ -56,6 +57,8 @@ def parse_time(text: str) -> float:
 
 def expand_nodes(text: str) -> tuple[str, ...]:
     """Space/comma separated node names; Slurm hostlists such as ``gpu[001-003,007]`` expand."""
+    if "[" not in text and "]" not in text:      # the common case: a plain list
+        return tuple(dict.fromkeys(p for p in _NODE_SEP.split(text) if p))
     out: list[str] = []
     # protect commas inside brackets before splitting on commas
     depth = 0
