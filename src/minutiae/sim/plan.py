@@ -259,10 +259,11 @@ def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, s
         if ev.node is None:
             enriched.append(ev)
             continue
-        j = _job_at(by_node, ev.node, ev.start)
+        running = _job_at(by_node, ev.node, ev.start)
         d = dict(ev.details)
-        if j is not None:
-            d.update(job_id=j.job_id, job_gpus=len(j.nodes) * gpus_per_node, step_s=round(j.step_s, 4))
+        if running is not None:
+            d.update(job_id=running.job_id, job_gpus=len(running.nodes) * gpus_per_node,
+                     step_s=round(running.step_s, 4))
         enriched.append(TruthEvent(ev.id, ev.cls, ev.node, ev.component, ev.start, ev.end,
                                    ev.severity, ev.expect_drain, ev.signature, ev.harmful, d))
     for spec in profile.faults:

@@ -87,8 +87,13 @@ class ScoreParams:
 
     @staticmethod
     def from_cost(cost: Mapping[str, float], gpus_per_node: int) -> ScoreParams:
-        keys = ("checkpoint_minutes", "restart_minutes", "manual_detection_hours", "wrong_drain_hours")
-        return ScoreParams(gpus_per_node=gpus_per_node, **{k: float(cost[k]) for k in keys if k in cost})
+        d = ScoreParams()
+        return ScoreParams(
+            gpus_per_node=gpus_per_node,
+            checkpoint_minutes=float(cost.get("checkpoint_minutes", d.checkpoint_minutes)),
+            restart_minutes=float(cost.get("restart_minutes", d.restart_minutes)),
+            manual_detection_hours=float(cost.get("manual_detection_hours", d.manual_detection_hours)),
+            wrong_drain_hours=float(cost.get("wrong_drain_hours", d.wrong_drain_hours)))
 
 
 @dataclass(frozen=True, slots=True)
