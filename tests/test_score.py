@@ -123,3 +123,18 @@ def test_fleet_wide_regression_matches_node_less_detection() -> None:
     r = sc.cls("perf_regression")
     assert (r.detected, r.latency_median_s) == (1, 2 * H)
     assert sc.to_json()["classes"]["perf_regression"]["recall"] == 1.0
+
+
+def test_lemon_found_through_its_failures_and_repeat_drains() -> None:
+    lemon = fault(20, "lemon_node", "n9", 0, 24 * H)
+    f1 = fault(21, "gpu_off_bus", "n9", 2 * H, 3 * H, crash=True, lemon=True, job_gpus=0)
+    dets = [det("n9", 2 * H, "xid", 79, True),
+            det("n9", 3 * H + 60, "ib_port_down", drain=True)]    # the repair reboot's first minutes
+    sc = score([lemon, f1], dets, 1.0, P)
+    assert sc.cls("lemon_node").detected == 1 and sc.cls("lemon_node").latency_median_s == 2 * H
+    assert (sc.drains.right, sc.drains.wrong, sc.drains.missed, sc.drains.repeat) == (1, 0, 0, 1)
+
+
+def test_params_from_the_profile_cost_table() -> None:
+    p = ScoreParams.from_cost({"checkpoint_minutes": 60.0, "wrong_drain_hours": 1.0}, 4)
+    assert (p.checkpoint_minutes, p.wrong_drain_hours, p.restart_minutes, p.gpus_per_node) == (60.0, 1.0, 10.0, 4)

@@ -124,3 +124,27 @@ def test_refuses_to_overwrite_a_directory_that_is_not_a_dataset(tmp_path: Path) 
     with pytest.raises(Exception, match="refusing to overwrite"):
         run_sim(tmp_path, nodes=2, gpus_per_node=8, days=0.1, seed=1)
     assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["meta.json", "fleet.csv", "jobs.csv", "maintenance.csv", "boots.csv", "truth.jsonl"]),
+       st.binary(max_size=300))
+def test_dataset_reader_garbage_is_a_clear_error(tmp_path_factory: pytest.TempPathFactory, name: str,
+                                                 data: bytes) -> None:
+    from minutiae.errors import InputError
+    from minutiae.sources.sim_dataset import load_dataset
+
+    root = tmp_path_factory.mktemp("ds")
+    if not hasattr(test_dataset_reader_garbage_is_a_clear_error, "_base"):
+        run_sim(root / "base", nodes=2, gpus_per_node=2, days=0.05, seed=1)
+        test_dataset_reader_garbage_is_a_clear_error._base = root / "base"  # type: ignore[attr-defined]
+    import shutil
+
+    base = test_dataset_reader_garbage_is_a_clear_error._base  # type: ignore[attr-defined]
+    ds = root / "d"
+    shutil.copytree(base, ds, ignore=shutil.ignore_patterns("nodes", "timings"))
+    (ds / name).write_bytes(data)
+    try:
+        load_dataset(ds)
+    except InputError as exc:
+        assert name in str(exc) or str(ds) in str(exc)
