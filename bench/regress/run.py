@@ -164,6 +164,41 @@ def attribution(seed: int, fleets: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def scale() -> int:
+    """Time of each step on a large history (1,024 nodes, 400 signatures, ~100k runs)."""
+    from minutiae.analyses.attribution import whatchanged
+    from minutiae.analyses.regress import find_change_points
+    from minutiae.history.clean import clean_runs
+    from minutiae.history.export import format_runs_csv
+    from minutiae.history.parse import parse_runs_csv
+
+    f = synth_fleet(FleetConfig(seed=1, nodes=1024, signatures=400, runs_per_signature=(150, 350),
+                                nodes_per_run=(2, 4, 8, 16, 32)))
+    text = format_runs_csv(f.records)
+    steps: list[tuple[str, Callable[[], object]]] = []
+    box: dict[str, object] = {}
+
+    def parse() -> None:
+        load = parse_runs_csv(text, "runs.csv")
+        box["runs"], _ = clean_runs(load.records, columns=load.columns)
+
+    steps.append(("parse + clean CSV", parse))
+    steps.append(("change points, all signatures", lambda: find_change_points(box["runs"])))  # type: ignore[arg-type]
+    steps.append(("rollout attribution (4 rollouts)",
+                  lambda: attribute_rollouts(box["runs"], group_rollouts(f.changes))))  # type: ignore[arg-type]
+    rs = sorted(f.records, key=lambda r: r.time)
+    steps.append(("whatchanged", lambda: whatchanged(f.records, rs[100].run_id, rs[-100].run_id)))
+    print(f"scale: {len(f.records)} runs, 400 signatures, 1,024 nodes, {len(text) / 2**20:.0f} MiB CSV")
+    for name, fn in steps:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        print(f"  {name:34} median {statistics.median(times):6.2f} s  [{min(times):.2f}–{max(times):.2f}]")
+    return 0
+
+
 def ratio(a: list[float], b: list[float]) -> str:
     x, y = statistics.median(a), statistics.median(b)
     return f"{x / y:.2f}x" if y > 0 else ("=" if x == 0 else "n/a (baseline 0)")
@@ -177,9 +212,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--part", choices=("all", "detection", "attribution"), default="all")
+    ap.add_argument("--part", choices=("all", "detection", "attribution", "scale"), default="all")
     a = ap.parse_args()
     n_series, n_delay, fleets = (60, 15, 3) if a.quick else (120, 30, 6)
+    if a.part == "scale":
+        return scale()
     names = ("ours", "edivisive", "mozilla")
     print(f"regress bench: {a.repeats} repeats; {n_series} series x 120 runs per noise level "
           f"(1/3 no change, 1/3 one, 1/3 two shifts of {', '.join(f'{s:+.0%}' for s in SIZES)}); "
