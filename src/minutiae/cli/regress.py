@@ -16,8 +16,9 @@ from minutiae.cli.regress_common import emit_json, history_options, load, make_c
 @click.option("--rollouts", "rollouts_path", type=click.Path(path_type=Path), default=None,
               help="rollouts.csv (time,node,attr,old,new); default: rollouts.csv beside --runs if "
                    "present, else rollouts inferred from the runs' version columns")
+@click.option("--top", default=40, show_default=True, help="change points shown in the table (JSON: all)")
 def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool, job: str | None,
-            rollouts_path: Path | None, prom: str | None) -> None:
+            rollouts_path: Path | None, prom: str | None, top: int) -> None:
     """Find lasting changes in each signature's step time, and which rollout caused fleet changes."""
     from minutiae.analyses.attribution_rollouts import attribute_rollouts
     from minutiae.analyses.regress import find_change_points, series_noise
@@ -52,12 +53,14 @@ def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool
     for col in ("signature", "first run after", "when (UTC)", "change", "confidence", "runs before/after",
                 "step time before → after", "noise"):
         t.add_column(col)
-    for c in cps:
+    for c in cps[:top]:
         style = "red" if c.change > 0 else "green"
         t.add_row(c.signature, c.run_id, when(c.time), f"[{style}]{pct(c.change)}[/]",
                   f"{c.confidence:.4f}", f"{c.n_before}/{c.n_after}",
                   f"{c.before_s:.4g} → {c.after_s:.4g}", pct(c.sigma, signed=False))
     console.print(t if cps else "No lasting change in any signature's step time.")
+    if len(cps) > top:
+        console.print(f"… {len(cps) - top} older change points (--top, --json)")
     rt = Table(title=f"Rollouts tested as causes (from {rollouts_path or 'the runs version columns'})")
     for col in ("rollout", "started", "exposed runs", "overlap", "effect", "p", "cause?", "GPU-hours/week",
                 "hint: signatures that changed with it"):
