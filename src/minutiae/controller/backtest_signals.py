@@ -197,7 +197,7 @@ def ib_signals(text: str, where: str) -> list[tuple[float, tuple[Finding, ...]]]
             values[comp] = new
             comps.add(comp)
         previous = _Previous(prev, prev_t) if prev_t is not None else _Previous({}, t)
-        sub = {c: values[c] for c in comps | had if c in values}
+        sub = {c: values[c] for c in sorted(comps | had) if c in values}  # sorted: same order in every process
         if regroup:  # group rules compare ports: only a change of what they compare matters
             group_found = evaluate(group, Context(values, previous, t))
         found = evaluate(nongroup, Context(sub, previous, t)) + group_found
