@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from minutiae.analyses.attribution_stats import Effect, Panel, fe_joint, make_panel
-from minutiae.history.record import RunRecord
+from minutiae.history.record import STACK_KEYS, RunRecord
 from minutiae.history.rollouts import Rollout
 
 WEEK = 7 * 86400.0
@@ -108,11 +108,14 @@ def _exposure_from_nodes(panel: Panel, mem: _Membership, ro: Rollout) -> tuple[n
 
 
 def infer_rollouts(runs: Sequence[RunRecord]) -> list[Rollout]:
-    """Rollouts implied by attribute columns: each version first seen after the earliest value of
-    its attribute (node times unknown: ``at`` is empty, ``start`` is the first run with it)."""
+    """Rollouts implied by the software columns (driver, CUDA, NCCL, kernel, firmware, image):
+    each version first seen after the earliest value of its attribute (node times unknown: ``at``
+    is empty, ``start`` is the first run with it). Config columns are not rollouts."""
     first: dict[tuple[str, str], float] = {}
     for r in sorted(runs, key=lambda r: r.time):
         for k, vals in r.attrs.items():
+            if k not in STACK_KEYS:
+                continue
             for v in vals:
                 first.setdefault((k, v), r.time)
     out = []
