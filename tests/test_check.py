@@ -36,10 +36,23 @@ def _cfg(root: Path, **kw: object) -> CheckConfig:
 
 
 def test_h100_node_from_captures(realdata: Path, sysroot: Path) -> None:
-    r = run_check(_cfg(sysroot, nvidia_smi_xml=realdata.joinpath(*H100_Q), expected_gpus=8), FakeClock())
+    """The capture's GPUs are all throttled (hw_slowdown + power brake): a throttle warns once
+    it has held for 5 minutes (two checks 300 s apart), before that it is a pending note."""
+    clock, mem = FakeClock(), CheckMemory()
+    cfg = _cfg(sysroot, nvidia_smi_xml=realdata.joinpath(*H100_Q), expected_gpus=8)
+    first = run_check(cfg, clock, memory=mem)
+    assert first.result("gpu").status is Status.OK and first.result("gpu").findings == ()  # type: ignore[union-attr]
+    assert first.notes == ("pending gpu.throttle-hw: GPU 0000:19:00.0: clocks held down by "
+                           "hw_slowdown, hw_power_brake_slowdown (+7 more): held 0 s, alarms once held 300 s",)
+    clock.advance(299)
+    assert run_check(cfg, clock, memory=mem).result("gpu").status is Status.OK  # type: ignore[union-attr]
+    clock.advance(1)
+    r = run_check(cfg, clock, memory=mem)
     assert [x.check for x in r.results] == ["gpu", "ib", "pcie"]
     gpu, ib, pcie = r.results
     assert gpu.status is Status.WARNING and {f.kind for f in gpu.findings} == {"throttle"}
+    assert len(gpu.findings) == 8 and r.notes == ()
+    assert {f.attrs["since"] for f in gpu.findings} == {clock.now()}
     assert gpu.observed == 187
     assert ib.status is Status.WARNING
     assert [(f.kind, f.component) for f in ib.findings] == [("ib_link_downed", "ib:mlx5_1/1")]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.checks.node import CheckConfig, run_check
+from minutiae.checks.node import CheckConfig, CheckMemory, run_check
 from minutiae.testing import FakeClock
 
 CASES = [
@@ -45,11 +45,24 @@ CASES = [
 ]
 
 
+#: rules that alarm only once their condition has held for 5 minutes (for_s = 300)
+PERSISTENT = {"gpu.throttle-hw", "gpu.throttle-sw-thermal"}
+
+
 @pytest.mark.parametrize(("rel", "status", "rules"), CASES, ids=[c[0].rsplit("/", 1)[-1] for c in CASES])
 def test_capture(realdata: Path, tmp_path: Path, rel: str, status: str, rules: list[str]) -> None:
+    """The capture checked twice, 5 minutes apart (a capture's state lasts): the first check
+    has the persistent rules pending (notes), the second has every rule alarmed."""
     cfg = CheckConfig(sysfs_root=tmp_path, kmsg=None, nvidia_smi_xml=realdata / "nvidia_smi" / rel,
                       node="n", checks=("gpu",))
-    gpu = run_check(cfg, FakeClock()).results[0]
+    clock, mem = FakeClock(), CheckMemory()
+    first = run_check(cfg, clock, memory=mem)
+    assert sorted({f.rule for f in first.results[0].findings if f.rule}) == [r for r in rules if r not in PERSISTENT]
+    assert [n.split(":", 1)[0] for n in first.notes] == [f"pending {r}" for r in rules if r in PERSISTENT]
+    clock.advance(300)
+    report = run_check(cfg, clock, memory=mem)
+    gpu = report.results[0]
+    assert report.notes == ()
     assert gpu.status.label == status
     assert sorted({f.rule for f in gpu.findings if f.rule}) == rules
     assert gpu.reason is None  # every value in the real captures was understood

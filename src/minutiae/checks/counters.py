@@ -21,23 +21,29 @@ bits_any                value (a bitmask) has any of ``bits`` (clock-event reaso
 a rule on components where it holds (e.g. a PCIe generation drop while the GPU is idle or in a
 low performance state is power saving, not a fault).
 A counter that went down (reset, reboot, wrap) is a new baseline: rates/increases stay quiet.
+
+This module says what holds *now* (``evaluate``: one finding per component where a rule's
+condition holds; ``judge``: the verdict, true or false, on every component the rule applies
+to). Time beyond "since the previous sample" is not known here: a rule with ``for_s``
+(persistence), ``clear_after_s`` (healthy delay) or ``type = "flap"`` is gated by the check
+engine (:mod:`minutiae.checks.counter_gate` feeds these verdicts to
+:mod:`minutiae.checks.engine`, whose state the state file keeps). Loading and validation:
+:mod:`minutiae.checks.counters_schema`.
 """
 
 from __future__ import annotations
 
 import operator
 import re
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from minutiae.errors import ConfigError
 from minutiae.model import Action, Finding, Observation, Severity
 from minutiae.model.findings import Scalar
-from minutiae.parsers.nvidia_smi_common import REASONS, reason_names
+from minutiae.parsers.nvidia_smi_common import reason_names
 
 Values = Mapping[str, Scalar]
 #: (component, metric) -> (value, epoch seconds)
@@ -50,9 +56,6 @@ _CMP: dict[str, Callable[[Any, Any], bool]] = {
 OPS = frozenset({*_CMP, "gt_metric", "lt_metric", "ne_metric", "increase", "rate_per_hour",
                  "below_group_max", "bits_any"})
 COMPONENTS = frozenset({"gpu", "ib", "pcie", "node"})
-_KEYS = frozenset({"id", "kind", "component", "metric", "op", "threshold", "other", "offset",
-                   "group_by", "bits", "unless", "severity", "action", "message", "example",
-                   "description", "when"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +70,26 @@ class Condition:
 
 
 @dataclass(frozen=True, slots=True)
+class Gate:
+    """A counter rule's time behaviour, applied by the check engine to the rule's verdicts.
+
+    ``for_s``: the condition must be seen to hold this long before it alarms (one-shot runs:
+    on runs at least this far apart, with no healthy run in between); ``clear_after_s``: it
+    must be absent this long before the alarm clears; ``flap``: the alarm is not the
+    condition but how often it *started*: at least ``count`` times within ``window_s``."""
+
+    for_s: float = 0.0
+    clear_after_s: float = 0.0
+    flap: bool = False
+    count: int = 0
+    window_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class CounterRule:
     """One counter rule (see the module docstring for ``op``). ``when`` limits the rule to
-    components whose metrics equal the given values (e.g. ``device_kind = "gpu"``)."""
+    components whose metrics equal the given values (e.g. ``device_kind = "gpu"``); ``gate``
+    (None: alarms as soon as the condition holds) is its persistence/healthy delay/flapping."""
 
     id: str
     kind: str
@@ -81,6 +101,7 @@ class CounterRule:
     unless: tuple[Condition, ...] = ()
     when: Mapping[str, Scalar] = field(default_factory=dict)
     description: str = ""
+    gate: Gate | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,9 +203,23 @@ class _Facts(dict[str, Any]):
         return "?"
 
 
-def evaluate(rules: Sequence[CounterRule], ctx: Context) -> list[Finding]:
-    """Every finding the rules make on the components in ``ctx``."""
-    out: list[Finding] = []
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether ``rule``'s condition holds on ``component`` now (``unless`` applied), with the
+    facts its message uses. Only components that have the rule's value get a verdict."""
+
+    rule: CounterRule
+    component: str
+    holds: bool
+    facts: Mapping[str, Scalar]
+
+    def finding(self) -> Finding:
+        return _finding(self.rule, self.component, dict(self.facts))
+
+
+def judge(rules: Sequence[CounterRule], ctx: Context) -> list[Verdict]:
+    """The verdict of every rule on every component it applies to and that has its value."""
+    out: list[Verdict] = []
     for rule in rules:
         prefix = rule.component + ":" if rule.component != "node" else "node"
         for comp in ctx.values:
@@ -194,12 +229,21 @@ def evaluate(rules: Sequence[CounterRule], ctx: Context) -> list[Finding]:
             if any(vals.get(k) != want for k, want in rule.when.items()):
                 continue
             fired, facts = _test(rule.cond, comp, ctx)
-            if not fired:
+            if not facts:  # the component lacks the value: no verdict either way
                 continue
-            if any(_test(u, comp, ctx)[0] for u in rule.unless):
-                continue
-            out.append(_finding(rule, comp, facts))
+            if fired and any(_test(u, comp, ctx)[0] for u in rule.unless):
+                fired = False
+            out.append(Verdict(rule, comp, fired, facts))
     return out
+
+
+def evaluate(rules: Sequence[CounterRule], ctx: Context) -> list[Finding]:
+    """Every finding the rules make on the components in ``ctx`` *now*: what holds at this
+    sample, before any persistence or healthy delay (:func:`minutiae.checks.counter_gate.
+    gated_findings` applies those over time). Flap rules are left out: that their condition
+    holds once is not what they alarm on."""
+    return [v.finding() for v in judge([r for r in rules if r.gate is None or not r.gate.flap], ctx)
+            if v.holds]
 
 
 def _finding(rule: CounterRule, comp: str, facts: dict[str, Scalar]) -> Finding:
@@ -216,127 +260,33 @@ def _finding(rule: CounterRule, comp: str, facts: dict[str, Scalar]) -> Finding:
     )
 
 
-# -- loading and validation ------------------------------------------------------------------
-
-def _fail(where: str, rid: str, msg: str) -> ConfigError:
-    return ConfigError(f"{where}: rule {rid!r}: {msg}")
-
-
-def _condition(where: str, rid: str, item: Mapping[str, Any]) -> Condition:
-    metric = item.get("metric")
-    metrics = (metric,) if isinstance(metric, str) else tuple(metric) if isinstance(metric, list) else ()
-    if not metrics or not all(isinstance(m, str) and m for m in metrics):
-        raise _fail(where, rid, "metric must be a string or a list of strings")
-    op = item.get("op")
-    if op not in OPS:
-        raise _fail(where, rid, f"op must be one of {sorted(OPS)} (got {op!r})")
-    threshold = item.get("threshold")
-    if (op in _CMP or op in ("increase", "rate_per_hour")) and not isinstance(
-        threshold, int | float | str | bool
-    ):
-            raise _fail(where, rid, f"op {op} needs a threshold")
-    if op in ("increase", "rate_per_hour") and (isinstance(threshold, bool) or not isinstance(threshold, int | float)):
-        raise _fail(where, rid, f"op {op} needs a numeric threshold")
-    other = item.get("other")
-    if op in ("gt_metric", "lt_metric", "ne_metric") and not isinstance(other, str):
-        raise _fail(where, rid, f"op {op} needs other = '<metric>'")
-    group_by = item.get("group_by")
-    if op == "below_group_max" and not isinstance(group_by, str):
-        raise _fail(where, rid, "op below_group_max needs group_by = '<metric>'")
-    mask = 0
-    if op == "bits_any":
-        bits = item.get("bits")
-        if not isinstance(bits, list) or not bits:
-            raise _fail(where, rid, "op bits_any needs bits = [reason names]")
-        for name in bits:
-            if name not in REASONS:
-                raise _fail(where, rid, f"unknown clock-event reason {name!r} (one of {sorted(REASONS)})")
-            mask |= REASONS[name]
-    offset = item.get("offset", 0.0)
-    if isinstance(offset, bool) or not isinstance(offset, int | float):
-        raise _fail(where, rid, "offset must be a number")
-    return Condition(metrics, op, threshold, other, float(offset), group_by, mask)
-
+# -- loading (minutiae.checks.counters_schema) -----------------------------------------------
 
 def build_rules(doc: Mapping[str, Any], where: str = "counters.toml") -> tuple[CounterRule, ...]:
     """Validate a parsed counters catalog and run every rule's examples."""
-    raw = doc.get("rule")
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"{where}: no [[rule]] tables")
-    rules: list[CounterRule] = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: rule #{i} is not a table")
-        rid = item.get("id")
-        if not isinstance(rid, str) or not re.fullmatch(r"[a-z0-9_.-]+", rid) or rid in seen:
-            raise ConfigError(f"{where}: rule #{i}: id must be a unique [a-z0-9_.-]+ (got {rid!r})")
-        seen.add(rid)
-        unknown = set(item) - _KEYS
-        if unknown:
-            raise _fail(where, rid, f"unknown keys {sorted(unknown)}")
-        kind = item.get("kind")
-        if not isinstance(kind, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", kind):
-            raise _fail(where, rid, f"kind must be a lower-case identifier (got {kind!r})")
-        comp = item.get("component")
-        if comp not in COMPONENTS:
-            raise _fail(where, rid, f"component must be one of {sorted(COMPONENTS)}")
-        try:
-            severity = Severity[str(item.get("severity")).upper()]
-            action = Action[str(item.get("action")).upper()]
-        except KeyError as exc:
-            raise _fail(where, rid, f"unknown severity/action {exc}") from None
-        message = item.get("message")
-        if not isinstance(message, str) or not message:
-            raise _fail(where, rid, "message must be a non-empty string")
-        unless = item.get("unless", [])
-        unless = [unless] if isinstance(unless, dict) else unless
-        if not isinstance(unless, list) or not all(isinstance(u, dict) for u in unless):
-            raise _fail(where, rid, "unless must be a table or a list of tables")
-        when = item.get("when", {})
-        if not isinstance(when, dict):
-            raise _fail(where, rid, "when must be a table of metric = value")
-        rule = CounterRule(
-            id=rid, kind=kind, component=comp, cond=_condition(where, rid, item),
-            severity=severity, action=action, message=message,
-            unless=tuple(_condition(where, f"{rid}.unless", u) for u in unless),
-            when=dict(when), description=str(item.get("description", "")),
-        )
-        run_examples(rule, item.get("example"), where)
-        rules.append(rule)
-    return tuple(rules)
+    from minutiae.checks.counters_schema import build_rules as build
+
+    return build(doc, where)
 
 
 def run_examples(rule: CounterRule, examples: Any, where: str) -> None:
-    """Each example: ``values`` (metric → value on one component), optional ``previous``
-    (metric → value one ``elapsed_s`` ago, default 3600 s), optional ``peers`` (list of value
-    tables of other components), and ``fires`` (bool)."""
-    if not isinstance(examples, list) or not any(isinstance(e, dict) and e.get("fires") for e in examples):
-        raise _fail(where, rule.id, "needs [[rule.example]] tables, at least one with fires = true")
-    comp = "node" if rule.component == "node" else f"{rule.component}:example"
-    for n, ex in enumerate(examples):
-        if not isinstance(ex, dict) or not isinstance(ex.get("values"), dict) or not isinstance(ex.get("fires"), bool):
-            raise _fail(where, rule.id, f"example #{n} needs values = {{...}} and fires = true/false")
-        now = 1_000_000.0
-        elapsed = float(ex.get("elapsed_s", 3600.0))
-        values: dict[str, Values] = {comp: ex["values"]}
-        for j, peer in enumerate(ex.get("peers", [])):
-            values[f"{rule.component}:peer{j}"] = peer
-        previous = {(comp, m): (float(v), now - elapsed) for m, v in ex.get("previous", {}).items()}
-        got = [f for f in evaluate([rule], Context(values, previous, now)) if f.component == comp]
-        if bool(got) != ex["fires"]:
-            raise _fail(where, rule.id, f"example #{n} should {'' if ex['fires'] else 'not '}fire: {ex}")
+    from minutiae.checks.counters_schema import run_examples as run
+
+    run(rule, examples, where)
+
+
+#: the shipped counter-rule catalog (package data next to this module)
+CATALOG = Path(__file__).with_name("catalog") / "counters.toml"
 
 
 @cache
-def counter_rules() -> tuple[CounterRule, ...]:
-    """The shipped counter rules (validated, examples run, once per process)."""
-    # a plain file next to this module (package data); importlib.resources costs ~10 ms to import
-    path = Path(__file__).with_name("catalog") / "counters.toml"
-    try:
-        return build_rules(tomllib.loads(path.read_text(encoding="utf-8")), str(path))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot load counter rules: {exc}") from None
+def counter_rules(cache_dir: Path | None = None) -> tuple[CounterRule, ...]:
+    """The shipped counter rules (validated, examples run, once per process). With
+    ``cache_dir`` the parsed catalog is cached there (keyed by the file's mtime and size), and
+    a run that finds it current skips TOML parsing and the examples it already passed."""
+    from minutiae.checks.counters_schema import load_rules
+
+    return load_rules(CATALOG, cache_dir)
 
 
 def context(observations: Sequence[Observation], previous: Previous, now: float,

@@ -113,8 +113,17 @@ class Engine:
                 ks = self.state.key(r.id, key)
                 ks.samples.append((t, o.value))
                 ks.samples.sort(key=lambda s: s[0])
+                if r.type == "onsets":  # only the changes matter: keep the state small
+                    ks.samples = _changes(ks.samples)
                 m = _PCI_IN.search(o.component)
                 ks.pci = m.group(1).lower() if m else ks.pci
+
+    def note(self, rule_id: str, key: str, evidence: str) -> None:
+        """Attach evidence (a line, a rule's message) to a key of an observation rule: it is
+        the ``line`` of the key's finding and its condition's evidence while it lasts."""
+        ks = self.state.key(rule_id, key)
+        if not ks.evidence or ks.evidence[-1] != evidence:
+            ks.evidence = [*ks.evidence, evidence][-5:]
 
     def record(self, findings: Iterable[Finding]) -> None:
         """Count the findings the finding rules watch."""
@@ -153,7 +162,7 @@ class Engine:
         elif r.window_s > 0:
             start = now - r.window_s
             first = next((i for i, (t, _) in enumerate(s) if t >= start), len(s))
-            if r.type in ("rate", "delta"):
+            if r.type in ("rate", "delta", "onsets"):
                 first = max(first - 1, 0)  # keep one baseline sample before the window
             del s[:first]
         del s[:-MAX_SAMPLES]
@@ -164,6 +173,13 @@ class Engine:
         if r.type == "count":
             start = now - r.window_s if r.window_s > 0 else float("-inf")
             return sum(1 for t, _ in ks.samples if t >= start)
+        if r.type == "onsets":
+            if not ks.samples:
+                return None
+            start = now - r.window_s
+            s = ks.samples
+            return sum(1 for (_, a), (t, b) in zip(s, s[1:], strict=False)
+                       if t >= start and _true(b) and not _true(a))
         inc = _increase(ks.samples)
         if inc is None:
             return None
@@ -173,6 +189,9 @@ class Engine:
         return increase / elapsed * r.per_s if elapsed > 0 else None
 
     def _step(self, r: EngineRule, ks: KeyState, bad: bool, now: float) -> None:
+        if r.max_gap_s > 0 and ks.seen is not None and now - ks.seen > r.max_gap_s:
+            ks.bad_since = ks.good_since = None  # not seen in between: start the stretch again
+        ks.seen = now
         if bad:
             ks.good_since = None
             if ks.bad_since is None:
@@ -229,6 +248,19 @@ class Engine:
                     evidence=tuple(ks.evidence),
                 ))
         return EngineResult(tuple(findings), tuple(conditions))
+
+
+def _true(v: Any) -> bool:
+    return isinstance(v, int | float) and bool(v)
+
+
+def _changes(samples: list[tuple[float, Any]]) -> list[tuple[float, Any]]:
+    """The samples where the truth of the value changed (the first one is the baseline)."""
+    out = samples[:1]
+    for t, v in samples[1:]:
+        if _true(v) != _true(out[-1][1]):
+            out.append((t, v))
+    return out
 
 
 def _scalar(v: Any) -> Scalar:

@@ -13,12 +13,17 @@ per component (or per GPU, or per node), and computes one value per key:
 ``delta``       increase of a cumulative counter over ``window_s`` (resets handled)
 ``rate``        that increase per ``per_s`` seconds (e.g. ``per_s = 3600``: per hour)
 ``count``       number of matching findings in ``window_s`` (0 = since boot)
+``onsets``      number of times the observed value turned true (non-zero) within
+                ``window_s``: how often a condition *started* (a link going down), not
+                whether it holds now; the counter rules' ``type = "flap"`` uses it
 ==============  ==========================================================================
 
 Debounce and hysteresis: ``boot_grace_s`` ignores samples/findings in the first seconds after
 boot, ``for_s`` requires the condition to hold that long before alarming, ``clear_after_s``
 requires it to be healthy that long before clearing, and ``flap_transitions`` alarm
 transitions within ``flap_window_s`` mark the key as flapping (``flap_severity``/``flap_action``).
+``max_gap_s`` (0 = off): a gap between two judged values longer than this restarts the current
+bad/healthy stretch, so persistence is only ever concluded from values seen that far apart.
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minutiae.checks.catalog import parse_toml
 from minutiae.errors import ConfigError
 from minutiae.model.vocab import Action, Severity
 
@@ -38,7 +42,7 @@ OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
     "==": operator.eq, "!=": operator.ne,
 }
-TYPES = frozenset({"threshold", "delta", "rate", "count"})
+TYPES = frozenset({"threshold", "delta", "rate", "count", "onsets"})
 GROUPS = frozenset({"component", "pci", "node"})
 
 
@@ -86,6 +90,7 @@ class EngineRule:
     flap_severity: Severity | None = None
     flap_action: Action | None = None
     examples: tuple[Example, ...] = ()
+    max_gap_s: float = 0.0
 
     def compare(self, value: Any) -> bool:
         """``value op threshold``; False for values that cannot be compared."""
@@ -103,7 +108,7 @@ _KEYS = frozenset({
     "id", "kind", "on", "type", "op", "threshold", "severity", "action", "message", "reason",
     "metric", "source", "component", "match_kind", "match_code", "match_rule", "group_by",
     "window_s", "per_s", "for_s", "clear_after_s", "boot_grace_s", "flap_transitions",
-    "flap_window_s", "flap_severity", "flap_action", "examples", "description",
+    "flap_window_s", "flap_severity", "flap_action", "examples", "description", "max_gap_s",
 })
 
 
@@ -169,11 +174,11 @@ def build_engine_rules(doc: Mapping[str, Any], where: str) -> tuple[EngineRule, 
         if rtype not in TYPES:
             raise bad(f"type must be one of {sorted(TYPES)} (got {rtype!r})")
         if (on == "finding") != (rtype == "count"):
-            raise bad("finding rules use type 'count'; observation rules threshold/delta/rate")
-        op = item.get("op", ">=" if rtype == "count" else ">")
+            raise bad("finding rules use type 'count'; observation rules threshold/delta/rate/onsets")
+        op = item.get("op", ">=" if rtype in ("count", "onsets") else ">")
         if op not in OPS:
             raise bad(f"op must be one of {sorted(OPS)} (got {op!r})")
-        threshold = item.get("threshold", 1 if rtype == "count" else None)
+        threshold = item.get("threshold", 1 if rtype in ("count", "onsets") else None)
         if isinstance(threshold, bool) or not isinstance(threshold, int | float | str):
             raise bad("threshold must be a number (or text with == / !=)")
         if isinstance(threshold, str) and (op not in ("==", "!=") or rtype != "threshold"):
@@ -194,7 +199,7 @@ def build_engine_rules(doc: Mapping[str, Any], where: str) -> tuple[EngineRule, 
         if group_by not in GROUPS:
             raise bad(f"group_by must be one of {sorted(GROUPS)}")
         window = _num(where, rid, item, "window_s", 0.0)
-        if rtype in ("rate", "delta") and window <= 0:
+        if rtype in ("rate", "delta", "onsets") and window <= 0:
             raise bad(f"type {rtype} needs window_s > 0")
         per_s = _num(where, rid, item, "per_s", 1.0)
         if per_s <= 0:
@@ -225,8 +230,21 @@ def build_engine_rules(doc: Mapping[str, Any], where: str) -> tuple[EngineRule, 
             flap_transitions=flaps,
             flap_window_s=_num(where, rid, item, "flap_window_s", 3600.0),
             flap_severity=fsev, flap_action=fact, examples=examples,
+            max_gap_s=_num(where, rid, item, "max_gap_s", 0.0),
         ))
     return tuple(out)
+
+
+def parse_toml(text: str, where: str) -> dict[str, Any]:
+    """TOML text → dict; a syntax error is a ``ConfigError`` naming ``where`` (tomllib is
+    imported here, not at module load: a one-shot check whose catalogs come from the
+    cache never needs it)."""
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: invalid TOML: {exc}") from None
 
 
 def load_engine_rules_text(text: str, where: str) -> tuple[EngineRule, ...]:
@@ -246,14 +264,30 @@ def load_engine_rules(path: Path) -> tuple[EngineRule, ...]:
 SHIPPED = ("log_counts.toml",)
 
 
-def shipped_engine_rules() -> tuple[EngineRule, ...]:
-    """Every engine rule shipped in the package (:data:`SHIPPED`)."""
-    from importlib import resources
-
+def shipped_engine_rules(cache_dir: Path | None = None) -> tuple[EngineRule, ...]:
+    """Every engine rule shipped in the package (:data:`SHIPPED`; plain files next to this
+    module: importing ``importlib.resources`` would cost a one-shot check ~10 ms). With
+    ``cache_dir``, parsed catalogs are cached there (:mod:`minutiae.sources.catalog_cache`)."""
     out: list[EngineRule] = []
-    base = resources.files("minutiae.checks").joinpath("catalog")
+    base = Path(__file__).with_name("catalog")
+    code = [Path(__file__), Path(__file__).with_name("engine.py")]
     for name in SHIPPED:
-        f = base.joinpath(name)
-        if f.is_file():
+        f = base / name
+        if not f.is_file():
+            continue
+        if cache_dir is not None:
+            from minutiae.sources.catalog_cache import load_cached, store_cached
+
+            doc = load_cached(f, cache_dir, code)
+            if doc is not None:
+                try:
+                    out.extend(build_engine_rules(doc, name))
+                    continue
+                except ConfigError:
+                    pass  # a damaged cache: parse the file
+            doc = parse_toml(f.read_text(encoding="utf-8"), name)
+            out.extend(build_engine_rules(doc, name))
+            store_cached(f, cache_dir, code, doc)
+        else:
             out.extend(load_engine_rules_text(f.read_text(encoding="utf-8"), name))
     return tuple(out)

@@ -32,13 +32,16 @@ class KeyState:
     value: Any = None
     evidence: list[str] = field(default_factory=list)
     pci: str | None = None
+    #: when the key last had a value to judge (a gap longer than the rule's ``max_gap_s``
+    #: restarts the current bad/healthy stretch: persistence must be seen, not assumed)
+    seen: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "samples": [[t, v] for t, v in self.samples], "active": self.active,
             "since": self.since, "bad_since": self.bad_since, "good_since": self.good_since,
             "transitions": list(self.transitions), "value": self.value,
-            "evidence": list(self.evidence), "pci": self.pci,
+            "evidence": list(self.evidence), "pci": self.pci, "seen": self.seen,
         }
 
     @classmethod
@@ -57,6 +60,7 @@ class KeyState:
             good_since=_opt_time(d.get("good_since")), transitions=trans,
             value=d.get("value"), evidence=[str(e) for e in d.get("evidence", [])][-5:],
             pci=d.get("pci") if isinstance(d.get("pci"), str) else None,
+            seen=_opt_time(d.get("seen")),
         )
 
 
@@ -82,12 +86,16 @@ class EngineState:
             ks = per_rule[key] = KeyState()
         return ks
 
-    def to_json(self) -> str:
-        return json.dumps({
+    def to_dict(self) -> dict[str, Any]:
+        """The state as plain JSON data (to embed in another document)."""
+        return {
             "version": VERSION, "boot_time": self.boot_time,
             "rules": {r: {k: ks.to_json() for k, ks in keys.items()}
                       for r, keys in self.rules.items()},
-        }, separators=(",", ":"), allow_nan=False, default=str)
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False, default=str)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> EngineState:
@@ -96,6 +104,11 @@ class EngineState:
             d = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
             raise DataError(f"state is not JSON: {exc}") from exc
+        return cls.from_dict(d)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> EngineState:
+        """The inverse of :meth:`to_dict`; any damage raises ``DataError``."""
         if not isinstance(d, dict) or d.get("version") != VERSION:
             raise DataError("state has an unknown layout or version")
         rules_raw = d.get("rules", {})

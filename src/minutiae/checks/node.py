@@ -155,7 +155,11 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
 
     all_obs = [o for obs, _, _ in groups.values() for o in obs]
     extra = {"node": {"expected_gpus": cfg.expected_gpus, "expected_driver": cfg.expected_driver}}
-    by_check = counter_findings(all_obs, mem.counters, now, extra)
+    node = cfg.node or os.uname().nodename.split(".")[0]
+    # parsed rule catalogs are cached beside the state file (one-shot runs start faster)
+    cache_dir = cfg.state_file.parent if cfg.state_file is not None else None
+    by_check, pending = counter_findings(all_obs, mem, now, extra, node, cache_dir)
+    notes.extend(pending)
 
     results: list[CheckResult] = []
     for name, (obs, failed, problems) in groups.items():
@@ -163,9 +167,8 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
             results.append(failed)
             continue
         results.append(_result(name, by_check.get(name, []), problems, len(obs)))
-    node = cfg.node or os.uname().nodename.split(".")[0]
     if "kernel_log" in cfg.checks and cfg.kmsg is not None:
-        results.append(check_kernel_log(cfg.kmsg, cfg.year, mem, clock, node))
+        results.append(check_kernel_log(cfg.kmsg, cfg.year, mem, clock, node, cache_dir))
 
     # values a failed source did not deliver this cycle stay as the baseline for a while, so a
     # transient UNKNOWN does not cost the next cycle its rates

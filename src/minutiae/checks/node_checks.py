@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from minutiae.checks.counters import Previous, context, counter_rules, evaluate
+from minutiae.checks.counters import context, counter_rules, judge
+from minutiae.checks.node_memory import CheckMemory
 from minutiae.errors import MinutiaeError, SourceUnavailable
 from minutiae.model import Action, CheckResult, Finding, Observation, Severity, Status
 from minutiae.model.findings import Scalar
@@ -14,7 +15,6 @@ from minutiae.parsers.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from minutiae.checks.node import CheckConfig
-    from minutiae.checks.node_memory import CheckMemory
     from minutiae.clock import Clock
 
 Group = tuple[list[Observation], CheckResult | None, list[str]]
@@ -110,21 +110,42 @@ _CHECK_OF = {"gpu": "gpu", "node": "gpu", "ib": "ib", "pcie": "pcie"}
 
 def counter_findings(
     observations: Sequence[Observation],
-    previous: Previous,
+    memory: CheckMemory,
     now: float,
     extra: Mapping[str, Mapping[str, Scalar]],
-) -> dict[str, list[Finding]]:
-    """Counter-rule findings grouped by check name."""
-    ctx = context(observations, previous, now, extra)
-    out: dict[str, list[Finding]] = {}
-    for f in evaluate(counter_rules(), ctx):
+    node: str = "localhost",
+    cache_dir: Path | None = None,
+) -> tuple[dict[str, list[Finding]], list[str]]:
+    """Counter-rule findings grouped by check name, and notes (gated rules whose condition
+    holds but has not held long enough yet). Rules with a gate (persistence, healthy delay,
+    flapping) go through the check engine, their state kept in ``memory.gates``."""
+    rules = counter_rules(cache_dir)
+    verdicts = judge(rules, context(observations, memory.counters, now, extra))
+    found = [v.finding() for v in verdicts if v.holds and v.rule.gate is None]
+    notes: list[str] = []
+    if any(r.gate is not None for r in rules):
+        from minutiae.checks.counter_gate import gated_findings
+        from minutiae.checks.engine_state import EngineState
+
+        state = None
+        if memory.gates:
+            try:
+                state = EngineState.from_dict(memory.gates)
+            except MinutiaeError:
+                notes.append("counter-rule timers were damaged in the state file; they start again")
+        out = gated_findings(rules, verdicts, now, state, node)
+        found.extend(out.findings)
+        notes.extend(out.pending)
+        memory.gates = out.state.to_dict() if any(out.state.rules.values()) else None
+    by_check: dict[str, list[Finding]] = {}
+    for f in found:
         prefix = (f.component or "node").split(":", 1)[0]
-        out.setdefault(_CHECK_OF.get(prefix, prefix), []).append(f)
-    return out
+        by_check.setdefault(_CHECK_OF.get(prefix, prefix), []).append(f)
+    return by_check, notes
 
 
 def check_kernel_log(path: Path, year: int | None, memory: CheckMemory, clock: Clock,
-                     node: str) -> CheckResult:
+                     node: str, cache_dir: Path | None = None) -> CheckResult:
     """Kernel-log findings since boot: the lines after ``memory.log_cursor`` are parsed through
     the kernel-log rules and merged into ``memory.log_findings`` (which this updates); the
     log-count engine rules (``log_counts.toml``: repeats within a window, flapping links) run
@@ -156,14 +177,15 @@ def check_kernel_log(path: Path, year: int | None, memory: CheckMemory, clock: C
     counted: tuple[Finding, ...] = ()
     if new or memory.engine:
         try:
-            counted = _log_counts(new, memory, clock, node)
+            counted = _log_counts(new, memory, clock, node, cache_dir)
         except MinutiaeError as exc:
             return _unknown("kernel_log", f"log-count rules: {exc}")
     findings = tuple(memory.log_findings) + counted
     return CheckResult("kernel_log", status_of(findings), findings, None, memory.log_events)
 
 
-def _log_counts(new: Sequence[Finding], memory: CheckMemory, clock: Clock, node: str) -> tuple[Finding, ...]:
+def _log_counts(new: Sequence[Finding], memory: CheckMemory, clock: Clock, node: str,
+                cache_dir: Path | None = None) -> tuple[Finding, ...]:
     from minutiae.checks.engine import Engine
     from minutiae.checks.engine_rules import shipped_engine_rules
     from minutiae.checks.engine_state import EngineState
@@ -174,7 +196,7 @@ def _log_counts(new: Sequence[Finding], memory: CheckMemory, clock: Clock, node:
             state = EngineState.from_json(memory.engine)
         except MinutiaeError:
             state = None  # damaged: counts start again
-    rules = [r for r in shipped_engine_rules() if r.on == "finding"]
+    rules = [r for r in shipped_engine_rules(cache_dir) if r.on == "finding"]
     engine = Engine(rules, clock=clock, node=node, state=state)
     engine.record(new)
     result = engine.evaluate()

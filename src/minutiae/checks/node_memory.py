@@ -6,6 +6,8 @@
 - ``log_findings``: the kernel-log findings since boot, one per distinct (kind, code, PCI,
   message) with ``attrs["count"]``: a fault seen in an earlier cycle keeps the node's status
   until the log is reset (reboot, rotation), not just for the cycle that read its line;
+- ``gates``: the check engine's state for the counter rules with a gate (persistence, healthy
+  delay, flapping: :mod:`minutiae.checks.counter_gate`), ``EngineState.to_dict()``;
 - ``drained_for`` / ``acknowledged``: the kernel-log findings ``--slurm`` drained the node for,
   and those an admin acknowledged by resuming that drain (key → count at that moment): an
   acknowledged fault drains again only if it happens again (its count grows).
@@ -34,6 +36,8 @@ class CheckMemory:
     acknowledged: dict[str, int] = field(default_factory=dict)
     #: the check engine's state (``EngineState.to_json()``) for the log-count rules
     engine: str | None = None
+    #: the check engine's state (``EngineState.to_dict()``) for the gated counter rules
+    gates: dict[str, Any] | None = None
 
     def add_log_findings(self, findings: Iterable[Finding]) -> None:
         """Merge new findings: the same (kind, code, pci, message) bumps ``count``, keeps the
@@ -77,6 +81,7 @@ class CheckMemory:
     def to_json(self) -> dict[str, Any]:
         return {
             "counters": {f"{c}|{m}": [v, t] for (c, m), (v, t) in sorted(self.counters.items())},
+            "counter_gates": self.gates,
             "kernel_log": {
                 "cursor": self.log_cursor,
                 "events": self.log_events,
@@ -105,6 +110,8 @@ class CheckMemory:
         mem.acknowledged = {str(k): int(v) for k, v in dict(kl.get("acknowledged", {})).items()}
         engine = kl.get("engine")
         mem.engine = engine if isinstance(engine, str) else None
+        gates = doc.get("counter_gates")
+        mem.gates = gates if isinstance(gates, dict) else None
         return mem
 
 
