@@ -89,3 +89,20 @@ def test_two_way_projection_is_exact_least_squares() -> None:
     ref = x - dummies @ np.linalg.lstsq(dummies, x, rcond=None)[0]
     assert np.abs(p.demean(x) - ref).max() < 1e-9
     assert np.abs(p.demean(x[:, 0]) - ref[:, 0]).max() < 1e-9
+
+
+def test_nodes_that_only_carried_the_new_driver_lose_their_effect_net_of_it() -> None:
+    f = synth_fleet(FleetConfig(seed=31, nodes=48, nodes_per_run=(2,), slow_nodes=0, code_regression_rate=0.0,
+                                rollouts=(RolloutSpec("driver", 0.04, 0.3, 10.0, 1.0),)))
+    upgraded = set(f.rollouts[0].nodes)
+    runs = sorted(f.records, key=lambda r: r.time)
+    b = next(r for r in reversed(runs) if set(r.nodes) <= upgraded)
+    a = next(r for r in reversed(runs) if r.signature == b.signature and not set(r.nodes) & upgraded
+             and r.time < b.time)
+    w = whatchanged(f.records, a.run_id, b.run_id)
+    top = w.differences[0]
+    assert (top.kind, top.key) == ("attr", "driver") and top.joint is not None
+    assert abs(top.joint.change - 0.04) < 0.01
+    nodes = [d for d in w.differences if d.kind == "node_added" and d.joint is not None]
+    assert nodes and all(d.effect is not None and d.effect.p_value < 1e-6 for d in nodes)   # alone: "guilty"
+    assert all(d.joint is not None and d.joint.p_value > 0.01 and abs(d.joint.change) < 0.01 for d in nodes)

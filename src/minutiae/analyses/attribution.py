@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from minutiae.analyses.attribution_stats import Effect, fe_effect, make_panel
+from minutiae.analyses.attribution_stats import Effect, fe_effect, fe_joint, make_panel
 from minutiae.analyses.regress import robust_sigma
 from minutiae.errors import DataError
 from minutiae.history.record import RunRecord
@@ -28,6 +28,8 @@ MAX_NODE_TESTS = 4096
 #: runs needed after the earlier of the two runs to test the recent window as well
 MIN_RECENT_RUNS = 30
 RECENT_ALPHA = 0.01
+#: leading candidates fitted jointly
+JOINT_TOP = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +40,9 @@ class Difference:
     ``explains``: effect / observed change (1.0 = accounts for all of it; None without an effect, or
     when the observed change is within run-to-run noise, p ≥ 0.05). ``rank``: 1 = best explanation. ``since``: the effect was measured over runs from this time on (the
     earlier of the two runs) because that window holds stronger evidence than the whole history
-    (p-values are doubled for the choice of window); None = the whole history."""
+    (p-values are doubled for the choice of window); None = the whole history. ``joint``: for the
+    leading candidates, the effect net of the other leading candidates (fitted together over the
+    whole history); the leading candidates are ranked by it."""
 
     kind: str
     key: str
@@ -49,12 +53,14 @@ class Difference:
     summary: str
     rank: int = 0
     since: float | None = None
+    joint: Effect | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "kind": self.kind, "key": self.key, "a": self.a, "b": self.b,
                 "effect": self.effect.to_json() if self.effect else None,
                 "explains": None if self.explains is None else round(self.explains, 4),
                 "since": self.since,
+                "joint": self.joint.to_json() if self.joint else None,
                 "summary": self.summary}
 
 
@@ -160,7 +166,9 @@ def whatchanged(runs: Sequence[RunRecord], run_a: str, run_b: str) -> WhatChange
     k = int(np.searchsorted(panel.t, min(a.time, b.time), side="left"))
     recent = make_panel(panel.runs[k:]) if k > 0 and n - k >= MIN_RECENT_RUNS else None
     out: list[Difference] = []
+    xs: dict[int, np.ndarray] = {}
     for kind, key, va_s, vb_s, x, label in diffs:
+        xs[len(out)] = x
         eff = fe_effect(panel, x) if x.size else None
         since = None
         if recent is not None and x.size:
@@ -186,6 +194,22 @@ def whatchanged(runs: Sequence[RunRecord], run_a: str, run_b: str) -> WhatChange
         agrees = not real_change or (d.explains is not None and d.explains > 0)
         return (0 if agrees else 1, d.effect.p_value, -abs(d.effect.change))
 
-    ranked = sorted(out, key=score)
-    ranked = [dataclasses.replace(d, rank=i + 1) for i, d in enumerate(ranked)]
+    order = sorted(range(len(out)), key=lambda i: score(out[i]))
+    # the leading candidates fitted together: a node that only looks guilty because it carried the
+    # new driver loses its effect net of the driver, and drops below it
+    top = [i for i in order[:JOINT_TOP] if out[i].effect is not None and xs[i].size]
+    if len(top) >= 2:
+        joint = fe_joint(panel, np.column_stack([xs[i] for i in top]))
+        for i, e in zip(top, joint, strict=True):
+            out[i] = dataclasses.replace(out[i], joint=e)
+
+        def jscore(i: int) -> tuple[int, float]:
+            e = out[i].joint
+            if e is None:
+                return (2, 1.0)
+            agrees = not real_change or (math.log1p(e.change) * delta > 0)
+            return (0 if agrees and e.p_value < 0.05 else 1, e.p_value)
+
+        order = sorted(order[:JOINT_TOP], key=jscore) + order[JOINT_TOP:]
+    ranked = [dataclasses.replace(out[i], rank=r + 1) for r, i in enumerate(order)]
     return WhatChanged(a, b, math.expm1(delta), p, noise, same, tuple(ranked), n)

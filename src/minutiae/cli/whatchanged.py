@@ -55,11 +55,12 @@ def command(run_a: str, run_b: str, runs: Path | None, db: Path | None, since: s
             if w.p_value is not None else "too few runs of this signature to judge the noise")
     console.print(f"{b.run_id} is {pct(w.change)} vs {a.run_id} ({sure}).", highlight=False)
     t = Table(title=f"What differed, ranked over {w.runs_used} runs")
-    for col in ("#", "what", "A", "B", "effect of B's side", "explains", "evidence"):
+    for col in ("#", "what", "A", "B", "effect of B's side", "net of others", "explains", "evidence"):
         t.add_column(col)
     for d in w.differences[:top]:
         t.add_row(str(d.rank), f"{d.kind}: {d.key}", d.a, d.b,
                   pct(d.effect.change) if d.effect else "untestable",
+                  f"{pct(d.joint.change)} (p {d.joint.p_value:.2g})" if d.joint else "–",
                   "–" if d.explains is None else f"{d.explains * 100:.0f} %", d.summary)
     console.print(t if w.differences else "The two runs do not differ in anything recorded.")
     if len(w.differences) > top:
