@@ -18,8 +18,9 @@ from minutiae.cli.tokens import read_token
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None)
 @click.option("--act/--dry-run", "act", default=None,
               help="override the policy's dry_run (default: the policy decides; shipped: dry-run)")
-@click.option("--interval", default=2.0, show_default=True,
-              help="seconds between reconcile steps (a health change wakes it at once)")
+@click.option("--interval", default=5.0, show_default=True,
+              help="seconds between reconcile steps (a report that changes a node's health "
+              "wakes it within 0.2 s)")
 @click.option("--token-file", default=None, help="file holding the bearer token "
               "(else $MINUTIAE_TOKEN)")
 def command(listen: str, db: str, policy_path: str | None, backend: str,
