@@ -71,6 +71,16 @@ def test_report_has_plots_and_tables(demo: tuple[Path, Path]) -> None:
     for tid in ("summary", "scorecard", "drains", "detectors"):
         assert p.tags.get(tid) == "table", tid
     assert p.counts.get("rect", 0) > 100
+    import xml.etree.ElementTree as ET
+
+    for sid in ("heatmap", "timeline", "stragglers"):
+        m = re.search(rf'<svg id="{sid}".*?</svg>', html, re.S)
+        assert m is not None
+        root = ET.fromstring(m.group(0))           # well-formed SVG
+        assert root.tag.endswith("svg") and len(root) > 2
+    fault_bars = len(re.findall(r'<rect class="fault"', html))
+    faults = json.loads(p.script)["dataset"]["faults"]
+    assert 0 < fault_bars <= faults
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)   # self-contained
 
 
