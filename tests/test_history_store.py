@@ -155,3 +155,17 @@ def test_parquet_reads_like_csv(tmp_path: Path) -> None:
     (tmp_path / "bad.parquet").write_bytes(b"PAR1garbage")
     with pytest.raises(ParseError, match="bad.parquet"):
         read_runs_file(tmp_path / "bad.parquet")
+
+
+def test_run_from_timings_slowest_rank_median_after_warmup() -> None:
+    from minutiae.history.from_timings import run_from_timings, step_seconds
+
+    rows = [(s, r, 10.0 if s < 10 else 1.0 + 0.1 * r + (0.5 if s == 50 else 0.0)) for s in range(100)
+            for r in range(4)]
+    rows.append((60, 9, float("nan")))
+    assert step_seconds(rows) == pytest.approx(1.3)        # slowest rank 3; warm-up and one slow step ignored
+    run = run_from_timings("j1", "llama", 100.0, 3700.0, rows, nodes=["gpu001"],
+                           versions={"driver": ["570.158.01"]}, gpus=8)
+    assert run.value == pytest.approx(1.3) and run.gpu_hours() == 8.0 and run.attrs["driver"] == {"570.158.01"}
+    with pytest.raises(DataError, match="no usable step timings"):
+        step_seconds([(1, 0, 0.0), (2, 0, float("inf"))])
