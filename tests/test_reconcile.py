@@ -143,6 +143,14 @@ def test_lemon_goes_to_inspect_and_is_held_for_a_human():
     assert w.calls("drain") == ["gpu004"] * 3 and w.calls("resume") == ["gpu004"] * 2
     holds = [x for p in w.plans[-2:] for x in p.decisions]
     assert holds[-1].action is Verb.HOLD and holds[-1].budget.check == "lemon"
+    assert w.backend.nodes["gpu004"].state is NodeSchedState.DRAINED
+    # a human inspects and resumes it; a week later one drain is not a lemon any more
+    w.backend.nodes["gpu004"] = NodeState("gpu004", NodeSchedState.AVAILABLE)
+    w.step()
+    w.step(8 * 86400)
+    w.findings["gpu004"] = (NVL,)
+    d = w.step().decisions[0]
+    assert d.action is Verb.DRAIN and d.step is Action.RESET_GPU and "lemon" not in d.rule
 
 
 def test_budget_holds_and_says_why_then_repeats_quietly():

@@ -166,8 +166,10 @@ def reconcile(fleet: FleetState, policy: Policy, now: float) -> Plan:
                         f"healthy for {now - hs:.0f}s (delay {policy.healthy_delay_s:g}s)",),
                         None, m))
             elif sched is not None and sched.state is NodeSchedState.AVAILABLE:
+                # back in service (by us or by a human): the lemon verdict is re-made at the
+                # next drain from the drain history, which is kept
                 m = replace(m, healthy_since=None, drained_at=None, step=None, step_since=None,
-                            last_hold=None)
+                            last_hold=None, lemon=False)
         else:  # UNKNOWN is not OK: the healthy delay starts over
             m = replace(m, healthy_since=None)
         _store(mem_nodes, name, m, now, lemon_window)
