@@ -289,6 +289,13 @@ def counter_rules(cache_dir: Path | None = None) -> tuple[CounterRule, ...]:
     return load_rules(CATALOG, cache_dir)
 
 
+def baseline_metrics(rules: Sequence[CounterRule]) -> frozenset[str]:
+    """The metrics whose previous value some rule reads (``increase``/``rate_per_hour``): the
+    only ones worth remembering between cycles."""
+    return frozenset(m for r in rules for c in (r.cond, *r.unless)
+                     if c.op in ("increase", "rate_per_hour") for m in c.metrics)
+
+
 def context(observations: Sequence[Observation], previous: Previous, now: float,
             extra: Mapping[str, Mapping[str, Scalar]] | None = None) -> Context:
     """Group observations by component (last value wins) and add ``extra`` pseudo-metrics

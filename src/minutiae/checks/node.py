@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minutiae.checks.counters import baseline_metrics, counter_rules
 from minutiae.checks.node_checks import (
     check_gpu,
     check_ib,
@@ -171,10 +172,13 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
         results.append(check_kernel_log(cfg.kmsg, cfg.year, mem, clock, node, cache_dir))
 
     # values a failed source did not deliver this cycle stay as the baseline for a while, so a
-    # transient UNKNOWN does not cost the next cycle its rates
+    # transient UNKNOWN does not cost the next cycle its rates; only the metrics that rates and
+    # increases read are kept (a tenth of the values: the state file stays small)
+    keep = baseline_metrics(counter_rules(cache_dir))
     fresh = {(o.component, o.metric): (float(o.value), now) for o in all_obs
-             if isinstance(o.value, int | float) and not isinstance(o.value, bool)}
-    kept = {k: v for k, v in mem.counters.items() if k not in fresh and now - v[1] <= COUNTER_TTL_S}
+             if o.metric in keep and isinstance(o.value, int | float) and not isinstance(o.value, bool)}
+    kept = {k: v for k, v in mem.counters.items()
+            if k[1] in keep and k not in fresh and now - v[1] <= COUNTER_TTL_S}
     mem.counters = {**kept, **fresh}
     if memory is None and cfg.state_file is not None:
         try:

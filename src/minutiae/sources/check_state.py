@@ -50,8 +50,10 @@ def save_state(path: Path, memory: CheckMemory, now: float) -> None:
         # not tempfile: importing it costs more than this whole write (one-shot runs count ms)
         tmp = str(path.parent / f".{path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # json.dumps, not json.dump: only the one-shot form uses the C encoder (~10x faster)
+        text = json.dumps(doc, separators=(",", ":"), default=str)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, separators=(",", ":"), default=str)
+            fh.write(text)
         os.replace(tmp, path)
     except OSError as exc:
         if tmp is not None and os.path.exists(tmp):
