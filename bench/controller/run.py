@@ -2,8 +2,8 @@
 
 1. ingest: concurrent httpx clients against a real `minutiae serve` (dry-run backend):
    closed-loop max reports/s, then open-loop at the goal rate (2,000 reports/s = 20,000 nodes
-   every 10 s) with p50/p99 latency; baseline: the same server's /v1/echo (same auth and body
-   parsing, no controller work) at the same rate, as a ratio.
+   every 10 s) with p50/p99 latency; baseline: the same server's bare /v1/echo (token check
+   and body read; no parsing, no controller work) at the same rate, as a ratio.
 2. decision latency: report with a critical finding -> `scontrol update ... State=DRAIN`
    finished (audit done_time), p50/p99, on the real Slurm of $MINUTIAE_SLURM_CONF (nodes
    gpu009-gpu040); baseline: the bare `scontrol update` command, as a ratio.
