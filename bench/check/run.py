@@ -3,7 +3,8 @@
 Measured in a subprocess (CPU = user+sys of the child from ``wait4``, peak RSS = its ru_maxrss),
 median of several repeats, side by side with baselines in the same run:
 
-- ``python -c pass`` (bare interpreter start) and ``python -c "import minutiae.cli.main"``;
+- ``python -c pass`` (bare interpreter start), ``python -c "import click"`` and
+  ``python -c "import minutiae.cli.main"`` (the floor any click command starts from);
 - the in-process cycle (``run_check`` only, what the agent pays every 10 s after start-up).
 
 Inputs (built under a temporary directory, realdata read in place):
@@ -168,6 +169,7 @@ def main() -> None:
         else:  # installed .pyc files of the stdlib and site-packages are used, ours are not
             CHILD_ENV["PYTHONDONTWRITEBYTECODE"] = "1"
         base = median_of("pass", [], a.repeats)
+        clk = median_of("import click", [], a.repeats)
         imp = median_of("import minutiae.cli.main", [], a.repeats)
         colds = []
         for _ in range(a.repeats):
@@ -181,6 +183,7 @@ def main() -> None:
           f"{'off' if a.no_bytecode_cache else 'on'}")
     print(f"{'what':<58}{'CPU ms':>9}{'peak RSS MiB':>14}{'wall ms':>9}")
     rows = (("python -c pass (baseline)", base),
+            ("python -c 'import click' (the CLI framework alone)", clk),
             ("python -c 'import minutiae.cli.main'", imp),
             ("minutiae check --json, first run (whole kmsg parsed)", cold),
             ("minutiae check --json, next run (state file: cursor)", steady))

@@ -15,11 +15,9 @@ naming the catalog and the rule. Reading package data is the only I/O here.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -103,16 +101,15 @@ def _fail(catalog: str, rule: str, msg: str) -> ConfigError:
 
 def _read_toml(name: str, path: Path | None) -> dict[str, Any]:
     try:
-        if path is not None:
-            text = path.read_text(encoding="utf-8")
-        else:
-            text = resources.files(PACKAGE).joinpath(DATA_DIR, name).read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8") if path is not None else catalog_text(name)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path or name}: cannot read catalog: {exc}") from exc
     return parse_toml(text, str(path or name))
 
 
 def parse_toml(text: str, where: str) -> dict[str, Any]:
+    import tomllib  # here, not at module load: a cached or catalog-free run never needs it
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -317,5 +314,6 @@ def load_log_rules(path: Path) -> tuple[LogRule, ...]:
 
 
 def catalog_text(name: str) -> str:
-    """The text of a shipped catalog file (for tests and ``--show-rules``)."""
-    return resources.files(PACKAGE).joinpath(DATA_DIR, name).read_text(encoding="utf-8")
+    """The text of a shipped catalog file (for tests and ``--show-rules``): package data, a
+    plain file beside this module (``importlib.resources`` would cost every start ~10 ms)."""
+    return (Path(__file__).with_name(DATA_DIR) / name).read_text(encoding="utf-8")

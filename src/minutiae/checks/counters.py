@@ -1,6 +1,6 @@
 """Counter rules: observations (NVML, nvidia-smi, DCGM, sysfs IB/PCIe) → findings (pure).
 
-Rules are data: ``catalog/counters.toml`` (schema in docs/check.md), validated at load, and every
+Rules are data: ``catalog/counters.toml`` (schema in docs/rules.md), validated at load, and every
 rule's ``[[rule.example]]`` is run by the loader, so a catalog whose examples do not behave as
 written does not load. A rule looks at one ``metric`` (or the sum of several) of every component
 whose prefix is ``component`` (``gpu``, ``ib``, ``pcie``, ``node``) and fires when ``op`` holds:

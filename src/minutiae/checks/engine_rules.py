@@ -1,5 +1,7 @@
-"""Engine rules as data: the schema of ``[[rule]]`` tables in counter/finding rule catalogs
-(``checks/catalog/counters.toml`` and site files), validated at load. Documented in docs/rules.md.
+"""Engine rules as data: the schema of ``[[rule]]`` tables in engine-rule catalogs
+(``checks/catalog/log_counts.toml`` and site files), validated at load. Documented in
+docs/rules.md. Counter rules with a gate (``for_s``, ``clear_after_s``, ``type = "flap"``)
+become engine rules too (:mod:`minutiae.checks.counter_gate`).
 
 A rule watches either **observations** (``on = "observation"``: counter/NVML values from the
 sources, matched by ``metric``/``source``/``component`` globs) or **findings** (``on =
@@ -260,7 +262,7 @@ def load_engine_rules(path: Path) -> tuple[EngineRule, ...]:
     return load_engine_rules_text(text, str(path))
 
 
-#: shipped engine-rule catalogs (``counters.toml`` has its own schema: checks/counters.py)
+#: shipped engine-rule catalogs (``counters.toml`` has its own schema: checks/counters_schema.py)
 SHIPPED = ("log_counts.toml",)
 
 
