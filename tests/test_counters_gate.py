@@ -361,3 +361,28 @@ def test_in_process_memory_keeps_gates_without_a_state_file(realdata: Path, tmp_
     assert set(mem.gates["rules"]) == {"gpu.throttle-hw", "gpu.throttle-sw-thermal"}
     assert len(mem.gates["rules"]["gpu.throttle-hw"]) == 8  # one timer per GPU
     assert CheckMemory.from_json(json.loads(json.dumps(mem.to_json()))).gates == mem.gates
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.dictionaries(st.sampled_from(["version", "boot_time", "rules"]), _json, max_size=3),
+       st.dictionaries(st.sampled_from(["gpu:0000:19:00.0", "x"]), _json, max_size=2))
+def test_any_damaged_gate_state_is_fresh_timers_or_usable(doc: dict, keys: dict) -> None:  # type: ignore[type-arg]
+    from minutiae.checks.engine_state import EngineState
+    from minutiae.errors import MinutiaeError
+
+    doc = {**doc, "version": 1, "rules": {"gpu.throttle-hw": keys}} if keys else doc
+    rule = _rule("gpu.throttle-hw")
+    try:
+        state = EngineState.from_dict(doc)
+    except MinutiaeError:
+        return
+    ctx = Context({"gpu:0000:19:00.0": {"clock_event_reasons": 0x88}}, {}, 2e9)
+    out = gated_findings([rule], judge([rule], ctx), 2e9, state)
+    assert all(f.rule == "gpu.throttle-hw" for f in out.findings)
+    json.dumps(out.state.to_dict())  # still serialisable
