@@ -5,7 +5,9 @@ median of several repeats, side by side with baselines in the same run:
 
 - ``python -c pass`` (bare interpreter start), ``python -c "import click"`` and
   ``python -c "import minutiae.cli.main"`` (the floor any click command starts from);
-- the in-process cycle (``run_check`` only, what the agent pays every 10 s after start-up).
+- the in-process cycle (``run_check`` only, what the agent pays every 10 s after start-up);
+- ``python -c "import pynvml"``: on a live node the GPU check imports the NVML binding instead
+  of parsing the capture this benchmark uses (add it minus the capture's parse to estimate).
 
 Inputs (built under a temporary directory, realdata read in place):
 - sysfs: ``../shared/realdata/infiniband/gpud/sys-class-infiniband-h100.0`` as class/infiniband
@@ -171,6 +173,7 @@ def main() -> None:
         base = median_of("pass", [], a.repeats)
         clk = median_of("import click", [], a.repeats)
         imp = median_of("import minutiae.cli.main", [], a.repeats)
+        nvml = median_of("import pynvml", [], a.repeats)
         colds = []
         for _ in range(a.repeats):
             state.unlink(missing_ok=True)
@@ -185,6 +188,7 @@ def main() -> None:
     rows = (("python -c pass (baseline)", base),
             ("python -c 'import click' (the CLI framework alone)", clk),
             ("python -c 'import minutiae.cli.main'", imp),
+            ("python -c 'import pynvml' (a live node's GPU source)", nvml),
             ("minutiae check --json, first run (whole kmsg parsed)", cold),
             ("minutiae check --json, next run (state file: cursor)", steady))
     for name, (cpu, rss, wall) in rows:
