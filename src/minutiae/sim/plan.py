@@ -269,6 +269,8 @@ def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, s
     for spec in profile.faults:
         if spec.harmful or spec.unit not in ("per_job", "per_fleet") or spec.rate <= 0:
             continue
+        if spec.cls == "boot_settle":
+            continue                      # one record per boot, added once boots are known
         if spec.unit == "per_fleet":
             benign.append(TruthEvent("", spec.cls, None, None, start, end, "info", False,
                                      spec.signature, False, {"scope": "fleet"}))
@@ -310,6 +312,16 @@ def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, s
             boots[ev.node].append(ev.end)
     for v in boots.values():
         v.sort()
+    settle_spec = next((f for f in profile.faults if f.cls == "boot_settle" and f.rate > 0), None)
+    if settle_spec is not None:
+        extra = [TruthEvent("", "boot_settle", node, "host", b, b + settle + 120.0, "info", False,
+                            settle_spec.signature, False, {"boot": b})
+                 for node, bs in boots.items() for b in bs if start <= b < end]
+        n0 = len(truth)
+        truth = sorted(truth + extra, key=lambda e: (e.start, e.node or "", e.cls))
+        truth = [TruthEvent(f"f{i:05d}", e.cls, e.node, e.component, e.start, e.end, e.severity,
+                            e.expect_drain, e.signature, e.harmful, e.details)
+                 for i, e in enumerate(truth)] if len(truth) != n0 else truth
     maint.sort(key=lambda m: (m.time, m.node))
     return Plan(profile, fleet, start, end, seed, truth, maint, jobs, boots)
 

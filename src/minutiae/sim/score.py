@@ -30,8 +30,9 @@ KIND_CLASSES: dict[str, tuple[str, ...]] = {
     "row_remap_pending": ("gpu_dbe",), "ecc_sbe": ("gpu_dbe",),
     "xid:64": ("row_remap_failure",), "row_remap_failure": ("row_remap_failure",),
     "xid:119": ("gsp_timeout",), "xid:120": ("gsp_timeout",), "gsp_timeout": ("gsp_timeout",),
-    "ib_port_down": ("ib_link_down", "ib_link_flap", "planned_reboot"),
-    "ib_link": ("ib_link_down", "ib_link_flap", "planned_reboot"),
+    "ib_port_down": ("ib_link_down", "ib_link_flap", "boot_settle", "planned_reboot"),
+    "ib_link": ("ib_link_down", "ib_link_flap", "boot_settle", "planned_reboot"),
+    "nic_error": ("boot_settle", "planned_reboot"),
     "ib_link_downed": ("ib_link_flap", "ib_link_down", "ib_rate_degraded"),
     "ib_symbol_errors": ("ib_symbol_errors", "ib_link_flap"), "ib_rcv_errors": ("ib_symbol_errors", "ib_link_flap"),
     "ib_rate_degraded": ("ib_rate_degraded",),
@@ -212,18 +213,22 @@ class _Index:
     harmful node fault of another class explains an alarm only when nothing fitting does."""
 
     def __init__(self, truth: Sequence[TruthEvent]) -> None:
-        self.by_node: dict[str | None, list[TruthEvent]] = {}
-        self.wide: list[TruthEvent] = []
+        self.by_node: dict[str, list[TruthEvent]] = {}
+        self.fleet: list[TruthEvent] = []        # scope "fleet": covers every node
+        self.nodeless: list[TruthEvent] = []     # job- and fleet-wide: what a node-less alarm can match
         for t in truth:
             if t.node is not None:
                 self.by_node.setdefault(t.node, []).append(t)
-            else:
-                self.wide.append(t)
+                continue
+            self.nodeless.append(t)
+            if t.details.get("scope") == "fleet":
+                self.fleet.append(t)
+            for n in t.details.get("nodes", ()):
+                self.by_node.setdefault(str(n), []).append(t)
 
     def match(self, d: Detection, p: ScoreParams) -> TruthEvent | None:
-        cands = [t for t in self.by_node.get(d.node, []) + self.wide
-                 if (t.covers(d.node) if d.node is not None else t.node is None)
-                 and t.start - p.slack_s <= d.time <= t.end + p.grace_s]
+        pool = self.by_node.get(d.node, []) + self.fleet if d.node is not None else self.nodeless
+        cands = [t for t in pool if t.start - p.slack_s <= d.time <= t.end + p.grace_s]
         if not cands:
             return None
         explains = KIND_CLASSES.get(d.key, KIND_CLASSES.get(d.kind, ()))
