@@ -69,7 +69,10 @@ def heatmap(ev: Evaluation, bucket_s: float = 3600.0) -> str:
         if len(nodes) <= 64 or i % max(1, len(nodes) // 32) == 0:
             out.append(f'<text x="{left - 4}" y="{top + i * rh + rh}" font-size="{min(8, rh + 2)}" '
                        f'text-anchor="end">{_e(node)}</text>')
-    alarms = [d for r in ev.detectors for d in r.detections if d.node in row]
+    from minutiae.sim.score import merge_alarms
+
+    alarms = [d for d in merge_alarms([d for r in ev.detectors for d in r.detections], ev.params)
+              if d.node in row]
     for d in alarms:
         x = left + (d.time - ds.start) / bucket_s * cw
         y = top + row[str(d.node)] * rh
