@@ -20,7 +20,7 @@ from minutiae.cli.tokens import read_token
               help="override the policy's dry_run (default: the policy decides; shipped: dry-run)")
 @click.option("--interval", default=5.0, show_default=True,
               help="seconds between reconcile steps (a report that changes a node's health "
-              "wakes it within 0.2 s)")
+              "wakes it at once)")
 @click.option("--token-file", default=None, help="file holding the bearer token "
               "(else $MINUTIAE_TOKEN)")
 def command(listen: str, db: str, policy_path: str | None, backend: str,

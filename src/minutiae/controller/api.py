@@ -24,7 +24,7 @@ from minutiae.controller.service import Controller
 from minutiae.errors import AuthError, BackendError, MinutiaeError, ValidationError
 
 MAX_BODY = 1 << 20
-MIN_GAP_S = 0.2
+MIN_GAP_S = 0.05
 
 
 class FindingIn(BaseModel):
