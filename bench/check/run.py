@@ -17,7 +17,7 @@ Inputs (built under a temporary directory, realdata read in place):
   ``../shared/realdata/kernel_logs`` (≈0.1 % fault lines, the rest benign).
 
 Goal (issue 2): ≤ 100 ms CPU and ≤ 40 MB peak RSS per cycle.
-Usage: .venv/bin/python bench/check/run.py [--repeats N] [--lines N]
+Usage: .venv/bin/python bench/check/run.py [--repeats N] [--lines N] [--compare-src DIR]
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ _HWM = ("import atexit, os, sys\n"
 CHILD_ENV: dict[str, str] = {}
 
 
-def measure(code: str, args: list[str]) -> tuple[float, float, float]:
+def measure(code: str, args: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
     """(cpu seconds, peak RSS MiB, wall seconds) of one child running ``code``.
 
     CPU comes from ``wait4``; peak RSS is the child's own ``VmHWM`` written at exit (``ru_maxrss``
@@ -103,7 +103,7 @@ def measure(code: str, args: list[str]) -> tuple[float, float, float]:
     argv = [sys.executable, "-c", _HWM + code, *args]
     t0 = time.perf_counter()
     try:
-        pid = os.posix_spawn(argv[0], argv, CHILD_ENV or dict(os.environ),
+        pid = os.posix_spawn(argv[0], argv, env or CHILD_ENV or dict(os.environ),
                              file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, w, 3)])
         os.close(w)
         hwm = b""
@@ -118,11 +118,6 @@ def measure(code: str, args: list[str]) -> tuple[float, float, float]:
     if rc not in (0, 1, 2, 3):
         raise SystemExit(f"{code}: exit {rc}")
     return ru.ru_utime + ru.ru_stime, int(hwm or b"0") / 1024.0, wall
-
-
-def median_of(code: str, args: list[str], repeats: int) -> tuple[float, float, float]:
-    runs = [measure(code, args) for _ in range(repeats)]
-    return tuple(statistics.median(r[i] for r in runs) for i in range(3))  # type: ignore[return-value]
 
 
 def in_process(args: list[str], repeats: int) -> tuple[float, float]:
@@ -154,6 +149,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--lines", type=int, default=100_000)
+    ap.add_argument("--compare-src", type=Path, default=None, metavar="DIR",
+                    help="another tree's src/ (e.g. `git archive <rev> src | tar -x -C /tmp/old`): "
+                    "its steady run is measured interleaved with this one's, as a ratio")
     ap.add_argument("--no-bytecode-cache", action="store_true",
                     help="compile every module at every start (PYTHONDONTWRITEBYTECODE=1)")
     a = ap.parse_args()
@@ -170,19 +168,38 @@ def main() -> None:
                 measure(code, args)
         else:  # installed .pyc files of the stdlib and site-packages are used, ours are not
             CHILD_ENV["PYTHONDONTWRITEBYTECODE"] = "1"
-        base = median_of("pass", [], a.repeats)
-        clk = median_of("import click", [], a.repeats)
-        imp = median_of("import minutiae.cli.main", [], a.repeats)
-        nvml = median_of("import pynvml", [], a.repeats)
-        colds = []
+        # the rows are measured round-robin, one of each per repeat, so that the load of a
+        # shared machine falls on all of them alike (medians of per-row samples)
+        rows_code = {"base": ("pass", []), "click": ("import click", []),
+                     "imp": ("import minutiae.cli.main", []), "nvml": ("import pynvml", [])}
+        samples: dict[str, list[tuple[float, float, float]]] = {
+            k: [] for k in (*rows_code, "cold", "steady", "other")}
+        other_env: dict[str, str] | None = None
+        other_args = list(args)
+        if a.compare_src is not None:
+            other_env = dict(CHILD_ENV, PYTHONPATH=str(a.compare_src.resolve()))
+            if "PYTHONPYCACHEPREFIX" in other_env:
+                other_env["PYTHONPYCACHEPREFIX"] += "-other"
+            other_args[other_args.index("--state-file") + 1] = str(Path(d) / "state-other.json")
+            for _ in range(2):  # bytecode cache, then the state file's cursor
+                measure(cli, other_args, other_env)
         for _ in range(a.repeats):
+            for key, (code, cargs) in rows_code.items():
+                samples[key].append(measure(code, cargs))
             state.unlink(missing_ok=True)
-            colds.append(measure(cli, args))
-        cold = tuple(statistics.median(r[i] for r in colds) for i in range(3))
-        steady = median_of(cli, args, a.repeats)  # the state file now holds the kmsg cursor
+            samples["cold"].append(measure(cli, args))
+            samples["steady"].append(measure(cli, args))  # the state file now holds the cursor
+            if other_env is not None:
+                samples["other"].append(measure(cli, other_args, other_env))
+
+        def med(key: str) -> tuple[float, float, float]:
+            return tuple(statistics.median(r[i] for r in samples[key]) for i in range(3))  # type: ignore[return-value]
+
+        base, clk, imp, nvml = med("base"), med("click"), med("imp"), med("nvml")
+        cold, steady = med("cold"), med("steady")
         ip_cold, ip_steady = in_process(args, a.repeats)
     print(f"minutiae check cycle: H100 sysfs snapshot (9 IB ports) + 16 PCIe devices + 8x H100 nvidia-smi -q "
-          f"+ {a.lines:,}-line kmsg; median of {a.repeats} runs, 1 core, bytecode cache "
+          f"+ {a.lines:,}-line kmsg; median of {a.repeats} runs (rows interleaved), bytecode cache "
           f"{'off' if a.no_bytecode_cache else 'on'}")
     print(f"{'what':<58}{'CPU ms':>9}{'peak RSS MiB':>14}{'wall ms':>9}")
     rows = (("python -c pass (baseline)", base),
@@ -195,6 +212,12 @@ def main() -> None:
         print(f"{name:<58}{cpu * 1000:>9.1f}{rss:>14.1f}{wall * 1000:>9.1f}")
     print(f"{'run_check() in process, first cycle':<58}{ip_cold * 1000:>9.1f}")
     print(f"{'run_check() in process, next cycle (+100 kmsg lines)':<58}{ip_steady * 1000:>9.1f}")
+    if a.compare_src is not None:
+        other = tuple(statistics.median(r[i] for r in samples["other"]) for i in range(3))
+        ratios = [n[0] / o[0] for n, o in zip(samples["steady"], samples["other"], strict=True)]
+        print(f"{'next run, --compare-src tree':<58}{other[0] * 1000:>9.1f}{other[1]:>14.1f}{other[2] * 1000:>9.1f}")
+        print(f"next run: this tree / --compare-src tree = {statistics.median(ratios):.2f} "
+              f"(median of per-repeat ratios)")
     for label, (cpu, rss, _) in (("first run", cold), ("next run", steady)):
         print(f"{label}: CPU {cpu / base[0]:.1f}x the bare interpreter ({(cpu - base[0]) * 1000:.1f} ms beyond it), "
               f"RSS {rss / base[1]:.1f}x; goal ≤ 100 ms CPU {'met' if cpu <= 0.100 else 'NOT met'}, "
