@@ -339,3 +339,27 @@ def test_rates_survive_a_cycle_where_the_source_failed(sysroot: Path, tmp_path: 
     r = run_check(cfg, clock, memory=memory)
     assert [(f.component, f.attrs["rate"]) for f in r.findings if f.kind == "ib_symbol_errors"] == [
         ("ib:mlx5_9/1", 300.0)]  # 100 over the 20 minutes since the last good read
+
+
+def test_plain_screen_for_a_log_file_and_no_rich(realdata: Path, sysroot: Path) -> None:
+    """Not a terminal (HealthCheckProgram appends to a log file): plain lines, and rich (~30 ms
+    of imports) is never loaded; --json neither."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from minutiae.cli.main import main; rc = main(sys.argv[1:]); "
+            "print('RICH' if 'rich' in sys.modules else 'NORICH'); sys.exit(rc)")
+    args = ["check", "--sysfs-root", str(sysroot), "--nvidia-smi-xml", str(realdata.joinpath(*H100_Q)),
+            "--kmsg", str(realdata.joinpath(*XID119)), "--node", "gpu017", "--expected-gpus", "8"]
+    for extra in ([], ["--json"]):
+        p = subprocess.run([sys.executable, "-c", code, *args, *extra], capture_output=True, text=True,
+                           timeout=120, check=False)
+        assert p.returncode == 2 and p.stdout.rstrip().endswith("NORICH"), p.stderr
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, check=False)
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("gpu017: CRITICAL  action needed: reset_gpu  — ")
+    assert lines[1].split() == ["check", "status", "read", "findings", "/", "reason"]
+    assert lines[2].split()[:3] == ["gpu", "OK", "187"]
+    assert lines[3].split()[:3] == ["ib", "WARNING", "522"]
+    assert "error: Xid 119 (GSP_RPC_TIMEOUT) on GPU 0000:9b:00.0 → reset_gpu (×5)" in p.stdout
+    assert [ln.split(":")[1].strip() for ln in lines if ln.startswith("note: ")] == ["pending gpu.throttle-hw"]

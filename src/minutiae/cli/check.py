@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from minutiae.model import Status
+
+if TYPE_CHECKING:
+    from minutiae.checks.node import NodeReport
+    from minutiae.checks.node_slurm import SlurmStep
 
 _STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown": "magenta"}
 
@@ -74,45 +80,76 @@ def command(
         if step is not None:
             doc["slurm"] = step.to_json()
         click.echo(json.dumps(doc, default=str))
+    elif slurm or not sys.stdout.isatty():
+        _render_plain(report, step)  # a log file (HealthCheckProgram) or a pipe: no rich import
     else:
         _render(report, step)
     return int(report.status)
 
 
-def _render(report: object, step: object) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from minutiae.checks.node import NodeReport
-    from minutiae.checks.node_slurm import SlurmStep
-
-    assert isinstance(report, NodeReport)
-    console = Console(highlight=False)
-    st = report.status.label
-    console.print(f"[bold]{report.node}[/]: [{_STYLE[st]}]{st.upper()}[/]  action needed: "
-                  f"[bold]{report.action.label}[/]" + (f"  — {report.reason()}" if report.reason() else ""))
-    table = Table(show_header=True, header_style="bold", expand=False)
-    for col in ("check", "status", "read", "findings / reason"):
-        table.add_column(col)
+def _rows(report: NodeReport) -> list[tuple[str, str, str, list[str], str | None]]:
+    """(check, status, read, finding lines, reason) per check: what both renderings show."""
+    rows = []
     for r in report.results:
-        s = r.status.label
         counts: dict[str, int] = {}
         for f in r.findings:
             line = f"{f.severity.label}: {f.message}" + (f" → {f.action.label}" if f.action.label != "none" else "")
             n = f.attrs.get("count", 1)
             counts[line] = counts.get(line, 0) + (n if isinstance(n, int) else 1)
         lines = [line + (f" (×{n})" if n > 1 else "") for line, n in counts.items()]
-        text = "\n".join(lines[:12])
         if len(lines) > 12:
-            text += f"\n… {len(lines) - 12} more (use --json)"
-        if r.reason:
-            text = (text + "\n" if text else "") + f"[magenta]{r.reason}[/]"
-        table.add_row(r.check, f"[{_STYLE[s]}]{s.upper()}[/]", str(r.observed), text or "—")
+            lines = [*lines[:12], f"… {len(lines) - 12} more (use --json)"]
+        rows.append((r.check, r.status.label, str(r.observed), lines, r.reason))
+    return rows
+
+
+def _headline(report: NodeReport) -> tuple[str, str]:
+    reason = report.reason()
+    return report.status.label, f"action needed: {report.action.label}" + (f"  — {reason}" if reason else "")
+
+
+def _step_line(step: SlurmStep | None) -> str | None:
+    if step is None:
+        return None
+    return (f"slurm: {step.outcome.value} {step.node}" + (f" ({step.reason})" if step.reason else "")
+            + (f" — {step.detail}" if step.detail else ""))
+
+
+def _render_plain(report: NodeReport, step: SlurmStep | None) -> None:
+    status, rest = _headline(report)
+    out = [f"{report.node}: {status.upper()}  {rest}", f"{'check':<11} {'status':<9} {'read':>6}  findings / reason"]
+    for check, st, read, lines, reason in _rows(report):
+        texts = [*lines, *([reason] if reason else [])] or ["—"]
+        out.append(f"{check:<11} {st.upper():<9} {read:>6}  {texts[0]}")
+        out.extend(f"{'':<28}  {t}" for t in texts[1:])
+    out.extend(f"note: {note}" for note in report.notes)
+    if (line := _step_line(step)) is not None:
+        out.append(line)
+    if report.status is Status.OK and not report.findings:
+        out.append("all checks passed")
+    click.echo("\n".join(out))
+
+
+def _render(report: NodeReport, step: SlurmStep | None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    status, rest = _headline(report)
+    console.print(f"[bold]{report.node}[/]: [{_STYLE[status]}]{status.upper()}[/]  {escape(rest)}")
+    table = Table(show_header=True, header_style="bold", expand=False)
+    for col in ("check", "status", "read", "findings / reason"):
+        table.add_column(col)
+    for check, st, read, lines, reason in _rows(report):
+        text = escape("\n".join(lines))
+        if reason:
+            text = (text + "\n" if text else "") + f"[magenta]{escape(reason)}[/]"
+        table.add_row(check, f"[{_STYLE[st]}]{st.upper()}[/]", read, text or "—")
     console.print(table)
     for note in report.notes:
-        console.print(f"[yellow]note:[/] {note}")
-    if isinstance(step, SlurmStep):
-        console.print(f"slurm: {step.outcome.value} {step.node}" + (f" ({step.reason})" if step.reason else "")
-                      + (f" — {step.detail}" if step.detail else ""))
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if (line := _step_line(step)) is not None:
+        console.print(escape(line))
     if report.status is Status.OK and not report.findings:
         console.print("[green]all checks passed[/]")
