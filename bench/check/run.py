@@ -173,7 +173,8 @@ def main() -> None:
         rows_code = {"base": ("pass", []), "click": ("import click", []),
                      "imp": ("import minutiae.cli.main", []), "nvml": ("import pynvml", [])}
         samples: dict[str, list[tuple[float, float, float]]] = {
-            k: [] for k in (*rows_code, "cold", "steady", "other")}
+            k: [] for k in (*rows_code, "cold", "steady", "plain", "other")}
+        plain_args = [x for x in args if x != "--json"]
         other_env: dict[str, str] | None = None
         other_args = list(args)
         if a.compare_src is not None:
@@ -189,6 +190,7 @@ def main() -> None:
             state.unlink(missing_ok=True)
             samples["cold"].append(measure(cli, args))
             samples["steady"].append(measure(cli, args))  # the state file now holds the cursor
+            samples["plain"].append(measure(cli, plain_args))  # text to a file, as slurmd's log
             if other_env is not None:
                 samples["other"].append(measure(cli, other_args, other_env))
 
@@ -196,7 +198,7 @@ def main() -> None:
             return tuple(statistics.median(r[i] for r in samples[key]) for i in range(3))  # type: ignore[return-value]
 
         base, clk, imp, nvml = med("base"), med("click"), med("imp"), med("nvml")
-        cold, steady = med("cold"), med("steady")
+        cold, steady, plain = med("cold"), med("steady"), med("plain")
         ip_cold, ip_steady = in_process(args, a.repeats)
     print(f"minutiae check cycle: H100 sysfs snapshot (9 IB ports) + 16 PCIe devices + 8x H100 nvidia-smi -q "
           f"+ {a.lines:,}-line kmsg; median of {a.repeats} runs (rows interleaved), bytecode cache "
@@ -207,7 +209,8 @@ def main() -> None:
             ("python -c 'import minutiae.cli.main'", imp),
             ("python -c 'import pynvml' (a live node's GPU source)", nvml),
             ("minutiae check --json, first run (whole kmsg parsed)", cold),
-            ("minutiae check --json, next run (state file: cursor)", steady))
+            ("minutiae check --json, next run (state file: cursor)", steady),
+            ("minutiae check > file, next run (HealthCheckProgram)", plain))
     for name, (cpu, rss, wall) in rows:
         print(f"{name:<58}{cpu * 1000:>9.1f}{rss:>14.1f}{wall * 1000:>9.1f}")
     print(f"{'run_check() in process, first cycle':<58}{ip_cold * 1000:>9.1f}")
