@@ -96,6 +96,7 @@ def gated_findings(rules: Sequence[CounterRule], verdicts: Sequence[Verdict], no
     """Feed this cycle's verdicts of the gated ``rules`` to the engine (state from the previous
     cycle, or fresh) and report what is alarmed. Verdicts of ungated rules are ignored."""
     gated = {r.id: r for r in rules if r.gate is not None}
+    flaps = {r.id for r in gated.values() if r.gate is not None and r.gate.flap}
     state = state if state is not None else EngineState()
     mine = [v for v in verdicts if v.rule.id in gated]
     present = {(v.rule.id, v.component) for v in mine}
@@ -111,7 +112,7 @@ def gated_findings(rules: Sequence[CounterRule], verdicts: Sequence[Verdict], no
     current: dict[tuple[str, str], Verdict] = {}
     for v in mine:
         current[(v.rule.id, v.component)] = v
-        if v.holds and not gated[v.rule.id].gate.flap:  # type: ignore[union-attr]
+        if v.holds and v.rule.id not in flaps:  # a flap alarm's message is built from its count
             engine.note(v.rule.id, v.component, v.finding().message)
     result = engine.evaluate()
     findings = [_finding(gated[f.rule or ""], f, current.get((f.rule or "", f.component or "")))
