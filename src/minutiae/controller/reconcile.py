@@ -116,8 +116,11 @@ def reconcile(fleet: FleetState, policy: Policy, now: float) -> Plan:
     for name, v in fleet.nodes.items():
         m = mem_nodes.get(name)
         rep = v.report
-        # fast path: a clean, fresh, available node the controller has nothing to remember about
-        if (m is None and rep is not None and not rep.findings and rep.status is not Status.UNKNOWN
+        # fast path: a clean, fresh, available node the controller remembers nothing about but
+        # (maybe) its drain history
+        if ((m is None or (m.drained_at is None and m.unhealthy_since is None
+                           and m.healthy_since is None and m.last_hold is None and not m.lemon))
+                and rep is not None and not rep.findings and rep.status is not Status.UNKNOWN
                 and v.sched is not None and v.sched.state is NodeSchedState.AVAILABLE
                 and now - rep.time <= policy.stale_after_s):
             continue
@@ -272,6 +275,8 @@ def simulate(fleet: FleetState, plan: Plan) -> FleetState:
     dry-run previews): drains make nodes DRAINED and ours, resumes make them AVAILABLE."""
     from minutiae.actions.base import NodeState
 
+    if not any(d.action in (Verb.DRAIN, Verb.RESUME) for d in plan.decisions):
+        return replace(fleet, memory=plan.memory)
     nodes: dict[str, NodeView] = dict(fleet.nodes)
     for d in plan.decisions:
         v = nodes.get(d.node)
