@@ -90,3 +90,12 @@ COUNTER_KINDS = frozenset(
         "ib_rcv_errors", "temperature", "driver_mismatch",
     }
 )
+# Kinds added by minutiae beyond DESIGN.md (topology checks, extra counters and log rules).
+EXTRA_KINDS = frozenset(
+    {
+        "gpu_without_local_nic", "numa_unbalanced", "firmware_mismatch", "nic_missing",
+        "nic_pairing_mismatch", "nvme_missing", "kernel_mismatch", "gpu_model_mismatch",
+        "ib_transport_errors", "ib_link_recovery", "kernel_panic", "kernel_bug", "peermem_error",
+        "unknown_source",
+    }
+)
