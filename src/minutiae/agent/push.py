@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,8 +30,12 @@ class Transport(Protocol):
 
 
 class HttpxTransport:
-    def __init__(self, timeout_s: float = 5.0) -> None:
-        self.client = httpx.Client(timeout=timeout_s)
+    def __init__(self, timeout_s: float = 5.0, plain_http: bool = False) -> None:
+        # For an http:// controller no certificate is ever checked: skip loading the CA bundle
+        # (~1 MB resident). The context still refuses any TLS peer, should one ever be used.
+        verify: ssl.SSLContext | bool = (ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT) if plain_http
+                                         else True)
+        self.client = httpx.Client(timeout=timeout_s, verify=verify)
 
     def post(self, url: str, json: Any, headers: Mapping[str, str]) -> int:
         return self.client.post(url, json=json, headers=dict(headers)).status_code
@@ -94,7 +99,7 @@ class Pusher:
         self.url = url.rstrip("/") + "/v1/reports"
         self.headers = {"Authorization": f"Bearer {token}"}
         self.clock = clock
-        self.transport = transport or HttpxTransport()
+        self.transport = transport or HttpxTransport(plain_http=url.startswith("http://"))
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
