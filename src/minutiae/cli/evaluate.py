@@ -17,9 +17,11 @@ from minutiae.sim.report_text import console, scorecard
 @click.option("--json", "as_json", is_flag=True, help="one JSON object (for machines)")
 @click.option("--detector", "detectors", multiple=True,
               type=click.Choice([d.name for d in DETECTORS]), help="only these detectors")
-def command(directory: Path, as_json: bool, detectors: tuple[str, ...]) -> None:
+@click.option("--jobs", type=click.IntRange(1, 64), default=None,
+              help="worker processes for the detectors (default: up to 2)")
+def command(directory: Path, as_json: bool, detectors: tuple[str, ...], jobs: int | None) -> None:
     """Score minutiae's detectors against DIRECTORY's truth.jsonl (a `minutiae sim` dataset)."""
-    ev = evaluate(directory, detectors or None)
+    ev = evaluate(directory, detectors or None, jobs=jobs)
     if as_json:
         click.echo(json.dumps(ev.to_json(), sort_keys=True))
         return

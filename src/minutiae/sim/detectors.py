@@ -12,6 +12,7 @@ maintenance window does not drain (it still counts as an alarm).
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -410,34 +411,62 @@ def _policy() -> Any:
     return load_policy()
 
 
+#: detectors run in this many worker processes (they are independent); 1 = in this process
+DEFAULT_JOBS = min(2, os.cpu_count() or 1)
+
+
+def _run_one(spec_name: str, ctx: Context) -> tuple[list[Detection], list[str], int, float, str]:
+    spec = next(d for d in DETECTORS if d.name == spec_name)
+    t0 = time.perf_counter()
+    try:
+        dets, notes, n = spec.run(ctx)
+    except MinutiaeError as exc:
+        return [], [], 0, time.perf_counter() - t0, f"failed: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a detector's bug is reported, the others still run
+        return [], [], 0, time.perf_counter() - t0, f"failed: {type(exc).__name__}: {exc}"
+    return dets, notes, n, time.perf_counter() - t0, "ok"
+
+
 def run_detectors(ds: Dataset, names: Iterable[str] | None = None,
-                  progress: Callable[[str], None] | None = None) -> list[DetectorResult]:
+                  progress: Callable[[str], None] | None = None,
+                  jobs: int | None = None) -> list[DetectorResult]:
+    """Every available detector's result, in registry order; ``jobs`` > 1 runs them in that many
+    worker processes (a worker that dies, e.g. killed for memory, is reported as failed)."""
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     wanted = set(names) if names is not None else None
     ctx = Context(ds, _policy())
     for t, node, _what in ds.maintenance:
         ctx.maint.setdefault(node, []).append(t)
+    specs = [d for d in DETECTORS if wanted is None or d.name in wanted]
+    missing = {d.name: _missing(d.needs) for d in specs}
+    runnable = [d for d in specs if missing[d.name] is None]
+    jobs = DEFAULT_JOBS if jobs is None else max(1, jobs)
+    done: dict[str, tuple[list[Detection], list[str], int, float, str]] = {}
+    if jobs > 1 and len(runnable) > 1:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(runnable))) as pool:
+            futs: dict[str, Future[tuple[list[Detection], list[str], int, float, str]]] = {}
+            for d in runnable:
+                if progress:
+                    progress(d.name)
+                futs[d.name] = pool.submit(_run_one, d.name, ctx)
+            for name, fut in futs.items():
+                try:
+                    done[name] = fut.result()
+                except BrokenProcessPool as exc:
+                    done[name] = ([], [], 0, 0.0, f"failed: worker died ({exc})")
+    else:
+        for d in runnable:
+            if progress:
+                progress(d.name)
+            done[d.name] = _run_one(d.name, ctx)
     results = []
-    for spec in DETECTORS:
-        if wanted is not None and spec.name not in wanted:
-            continue
-        miss = _missing(spec.needs)
+    for d in specs:
+        miss = missing[d.name]
         if miss is not None:
-            results.append(DetectorResult(spec.name, spec.what, False, miss))
+            results.append(DetectorResult(d.name, d.what, False, miss))
             continue
-        if progress:
-            progress(spec.name)
-        t0 = time.perf_counter()
-        try:
-            dets, notes, n = spec.run(ctx)
-        except MinutiaeError as exc:
-            results.append(DetectorResult(spec.name, spec.what, True, f"failed: {exc}",
-                                          seconds=time.perf_counter() - t0))
-            continue
-        except Exception as exc:  # noqa: BLE001 - a detector's bug is reported, the others still run
-            results.append(DetectorResult(spec.name, spec.what, True,
-                                          f"failed: {type(exc).__name__}: {exc}",
-                                          seconds=time.perf_counter() - t0))
-            continue
-        results.append(DetectorResult(spec.name, spec.what, True, "ok", tuple(dets), n,
-                                      time.perf_counter() - t0, tuple(notes)))
+        dets, notes, n, secs, status = done[d.name]
+        results.append(DetectorResult(d.name, d.what, True, status, tuple(dets), n, secs, tuple(notes)))
     return results

@@ -63,10 +63,10 @@ class Evaluation:
 
 
 def evaluate(root: Path | str, detectors: Iterable[str] | None = None,
-             progress: Callable[[str], None] | None = None) -> Evaluation:
+             progress: Callable[[str], None] | None = None, jobs: int | None = None) -> Evaluation:
     ds = load_dataset(root)
     params = ScoreParams.from_cost(ds.meta.get("cost", {}), ds.gpus)
-    results = tuple(run_detectors(ds, detectors, progress))
+    results = tuple(run_detectors(ds, detectors, progress, jobs))
     cards = tuple(score(ds.truth, r.detections, ds.node_days, params, r.name)
                   for r in results if r.available)
     union: list[Detection] = [d for r in results for d in r.detections]
