@@ -309,6 +309,12 @@ def test_ib_port_down_and_rate_degraded_from_the_change_log() -> None:
         (1800.0, [("ib_rate_degraded", "ib:mlx5_2/1")]),
         # 5000 symbol errors in 600 s = 30000/h: the rate rule fires; the slow port stays slow
         (2400.0, [("ib_rate_degraded", "ib:mlx5_2/1"), ("ib_symbol_errors", "ib:mlx5_0/1")]),
+        # re-checks: the port that went down at +600 s is judged again when the flap rule's
+        # healthy delay (1800 s) and window (3600 s) can end; the next check sees no new
+        # symbol errors, so the rate finding ends as it would at the agent's next check
+        (2401.0, [("ib_rate_degraded", "ib:mlx5_2/1")]),
+        (2460.0, [("ib_rate_degraded", "ib:mlx5_2/1")]),
+        (4201.0, [("ib_rate_degraded", "ib:mlx5_2/1")]),
     ]
 
 
@@ -378,3 +384,20 @@ def test_reading_in_worker_processes_gives_the_same_history(tmp_path: Path) -> N
     two_ports = [e for e in one.events if e.report is not None and {
         f.component for f in e.report.findings} == {"ib:mlx5_0/1", "ib:mlx5_1/1"}]
     assert len(two_ports) == 19  # gpu002's comes when its maintenance window ends
+
+
+def test_ib_port_flapping_goes_through_the_agents_gate() -> None:
+    """ib.port-flapping (3 downs within an hour, quiet 30 min before it clears) judged over time
+    as the agent's engine does, from a change log with no sample in the quiet stretch."""
+    rows = ib_rows(T0, ports=("mlx5_0",))
+    for k in (1, 2, 3):
+        rows += [f"{T0 + 600 * k:.0f},mlx5_0,1,state,1: DOWN",
+                 f"{T0 + 600 * k + 120:.0f},mlx5_0,1,state,4: ACTIVE"]
+    got = ib_signals("time,device,port,counter,value\n" + "\n".join(rows), "ib.csv")
+    flapping = [t - T0 for t, fs in got if any(f.rule == "ib.port-flapping" for f in fs)]
+    # the third down at +1800 s alarms; the first down leaves the hour at +4200 s and the alarm
+    # clears 1800 s of quiet later
+    assert flapping[0] == 1800.0 and 5400.0 < flapping[-1] < 6002.0
+    assert not any(f.rule == "ib.port-flapping" for t, fs in got if t - T0 >= 6002.0 for f in fs)
+    f = next(f for _t, fs in got for f in fs if f.rule == "ib.port-flapping")
+    assert (f.kind, f.severity.label, f.attrs["count"]) == ("ib_link", "warning", 3)

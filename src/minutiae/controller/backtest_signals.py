@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
 from minutiae.checks.catalog import LogRule, kernel_log_rules
-from minutiae.checks.counters import Context, CounterRule, counter_rules, evaluate
+from minutiae.checks.counters import Context, CounterRule, counter_rules, evaluate, judge
 from minutiae.checks.engine import Engine
 from minutiae.checks.engine_rules import EngineRule, shipped_engine_rules
 from minutiae.checks.logrules import LogFindingMapper
@@ -124,6 +124,9 @@ def ib_rules() -> tuple[CounterRule, ...]:
     return tuple(r for r in counter_rules() if r.component == "ib")
 
 
+RATE_OPS = frozenset({"increase", "rate_per_hour"})
+
+
 def _samples(rows: Sequence[dict[str, str]]) -> Iterator[tuple[float, dict[tuple[str, str], dict[str, str]]]]:
     """``(time, {(device, port): changed files})`` per sample time of the change log."""
     changed: dict[tuple[str, str], dict[str, str]] = {}
@@ -164,25 +167,59 @@ class _Previous(Mapping[tuple[str, str], tuple[float, float]]):
         return sum(len(v) for v in self._values.values())
 
 
-def ib_signals(text: str, where: str) -> list[tuple[float, tuple[Finding, ...]]]:
-    """``(sample time, findings at that sample)`` for every sample of an ib.csv change log.
+#: the agent re-checks this soon: a rate that was high at a change sample is judged again
+RECHECK_S = 60.0
+#: the agent's check interval (its default)
+AGENT_INTERVAL_S = 10.0
 
-    The agent re-reads every port at every check; here a port is re-parsed when its files
-    changed and re-evaluated when it changed or had findings (an unchanged port without
-    findings cannot start one: thresholds see the same values, rates and increases see 0).
-    Group rules (a port slower than its HCA-type peers) always see every port."""
+
+def ib_signals(text: str, where: str, node: str = "localhost"
+               ) -> list[tuple[float, tuple[Finding, ...]]]:
+    """``(time, findings at that time)`` at every sample of an ib.csv change log, and at the
+    re-checks that can change a verdict without a new sample.
+
+    The agent re-reads every port every 10 s; here a port is re-parsed when its files changed
+    and re-judged when it changed or had findings (an unchanged port without findings cannot
+    start one: thresholds see the same values, rates and increases see 0). A re-check
+    ``RECHECK_S`` after a sample with a rate or increase finding lets it end as it would at the
+    agent's next check. Group rules (a port slower than its HCA-type peers) see every port.
+    Gated rules (``for_s``, ``clear_after_s``, flapping) go through the engine exactly as in the
+    agent (``counter_gate.gated_findings``, state carried), judged at every sample and at the
+    moments their persistence, window or healthy delay can end."""
+    from minutiae.checks.counter_gate import gated_findings
+
     rows = parse_csv(text, where, ("time", "device", "port", "counter", "value"))
     rows.sort(key=lambda r: float(r["time"]) if _num(r["time"]) else 0.0)
-    nongroup = tuple(r for r in ib_rules() if r.cond.op != "below_group_max")
-    group = tuple(r for r in ib_rules() if r.cond.op == "below_group_max")
+    plain = tuple(r for r in ib_rules() if r.gate is None)
+    nongroup = tuple(r for r in plain if r.cond.op != "below_group_max")
+    group = tuple(r for r in plain if r.cond.op == "below_group_max")
+    gated = tuple(r for r in ib_rules() if r.gate is not None)
+    rates = {r.id for r in plain if r.cond.op in RATE_OPS}
+    waits = sorted({w for r in gated if r.gate is not None
+                    for w in (r.gate.for_s, r.gate.clear_after_s, r.gate.window_s) if w > 0})
+    waits_max = max(waits, default=0.0)
+    last_hold: float | None = None
+    alarmed = False
     values: dict[str, dict[str, Any]] = {}
     prev: dict[str, dict[str, Any]] = {}
     prev_t: float | None = None
     grouped = {m for r in group for m in (*r.cond.metrics, r.cond.group_by or "")}
     had: set[str] = set()
     group_found: list[Finding] = []
+    state = None
     out: list[tuple[float, tuple[Finding, ...]]] = []
-    for t, changed in _samples(rows):
+    samples = list(_samples(rows))
+    ticks: list[float] = []
+    changed: dict[tuple[str, str], dict[str, str]]
+    i = 0
+    while i < len(samples) or ticks:
+        ticks.sort()
+        if ticks and (i >= len(samples) or ticks[0] < samples[i][0]):
+            t, changed = ticks.pop(0), {}
+        else:
+            t, changed = samples[i]
+            i += 1
+            ticks = [x for x in ticks if x != t]
         comps = set()
         regroup = False
         for (dev, port), f in changed.items():
@@ -201,10 +238,38 @@ def ib_signals(text: str, where: str) -> list[tuple[float, tuple[Finding, ...]]]
         if regroup:  # group rules compare ports: only a change of what they compare matters
             group_found = evaluate(group, Context(values, previous, t))
         found = evaluate(nongroup, Context(sub, previous, t)) + group_found
+        if gated:
+            ordered = {c: values[c] for c in sorted(values)}
+            verdicts = judge(gated, Context(ordered, previous, t))
+            holds = any(v.holds for v in verdicts)
+            idle = not alarmed and (last_hold is None or t - last_hold > waits_max + 1.0)
+            if holds and idle and prev_t is not None:
+                # the gates were left alone while nothing held: show them the quiet check
+                # before this one, so that this is seen as a condition starting (an onset)
+                quiet = [replace(v, holds=False) for v in verdicts]
+                qt = max(prev_t, t - AGENT_INTERVAL_S)  # the agent's previous check
+                state = gated_findings(gated, quiet, qt, state, node).state
+            if holds:
+                last_hold = t
+            # nothing held within the longest window and no alarm: the gates cannot say
+            # anything but "no" (the engine is only consulted while something is timing)
+            if alarmed or (last_hold is not None and t - last_hold <= waits_max + 1.0):
+                gate = gated_findings(gated, verdicts, t, state, node)
+                state = gate.state
+                alarmed = bool(gate.findings)
+                found += list(gate.findings)
+                # judge again when a persistence, window or healthy delay can end (re-checks
+                # re-arm only while alarmed)
+                if alarmed or (changed and holds):
+                    ticks += [x for x in (t + w + 1.0 for w in waits) if x not in ticks]
         had = {f.component for f in found if f.component}
         out.append((t, tuple(found)))
-        for c in comps:
-            prev[c] = dict(values[c])
+        if changed and any(f.rule in rates for f in found):
+            ticks.append(t + RECHECK_S)
+        for c in values:
+            prev[c] = dict(values[c]) if c in comps or c not in prev else prev[c]
+        if not changed:  # a re-check: the previous check is now, with the same values
+            prev = {c: dict(v) for c, v in values.items()}
         prev_t = t
     return out
 
