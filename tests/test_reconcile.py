@@ -261,3 +261,64 @@ def test_replay_of_1024_nodes_drains_and_resumes_rotating_faults():
     assert len(set(drained)) == len(drained)
     still_bad = {names[(719 // 90) * 7 % 1024], names[(719 // 130) * 13 % 1024]}
     assert sorted(resumed) == sorted(ever_bad - still_bad)
+
+
+def test_invariants_hold_on_random_fleets():
+    """Property: on any fleet, reconcile never touches a drain it does not own, never acts
+    while paused, and never takes the fleet or a rack past its cap."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from minutiae.actions.budget import StormConfig
+    from minutiae.controller.state import ControllerMemory, NodeMemory
+
+    pol = replace(POLICY, budget=replace(POLICY.budget, storm=StormConfig(fraction=1.0),
+                                         max_unavailable_fraction=0.3))
+    seen = {"drain": 0, "resume": 0, "hold": 0}
+    kinds = st.sampled_from([(), (NVL,), (XID79,), (XID13,), (DBE,)])
+    sched = st.sampled_from(["avail"] * 12 + ["ours", "admin", "down"])
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(st.tuples(kinds, sched, st.integers(0, 5), st.booleans()), min_size=1,
+                    max_size=60), st.booleans())
+    def run(rows, paused):
+        now = 1_700_000_000.0
+        nodes = {}
+        for i, (fs, sc, rack, stale) in enumerate(rows):
+            n = f"n{i:03d}"
+            state = {"avail": NodeState(n, NodeSchedState.AVAILABLE),
+                     "ours": NodeState(n, NodeSchedState.DRAINED, "minutiae: x", True),
+                     "admin": NodeState(n, NodeSchedState.DRAINED, "bad fan", False),
+                     "down": NodeState(n, NodeSchedState.DOWN, "not responding", False)}[sc]
+            rep = Report(n, now - (1000 if stale else 0), Status.OK, fs)
+            nodes[n] = NodeView(n, rep, state, {"rack": f"r{rack}"})
+        remembered = {n: NodeMemory(healthy_since=now - 1000, drained_at=now - 2000,
+                                    step=Action.RESET_GPU, step_since=now - 2000)
+                      for n, v in nodes.items() if v.ours}
+        mem = ControllerMemory(nodes=remembered, pause=Pause("test", now) if paused else None)
+        plan = reconcile(FleetState(nodes, mem), pol, now)
+        acting = plan.acting()
+        for d in plan:
+            seen[d.action.value] = seen.get(d.action.value, 0) + 1
+        if paused:
+            assert acting == ()
+        for d in acting:
+            v = nodes[d.node]
+            if d.action is Verb.RESUME:
+                assert v.ours
+            if d.action is Verb.DRAIN:
+                assert v.sched.state is NodeSchedState.AVAILABLE
+        after = simulate(FleetState(nodes, mem), plan)
+        before_out = sum(1 for v in nodes.values() if v.unavailable)
+        out = sum(1 for v in after.nodes.values() if v.unavailable)
+        limit = int(pol.budget.max_unavailable_fraction * len(nodes) + 1e-9)
+        assert out <= max(limit, before_out)
+        for r in range(6):
+            was = sum(1 for v in nodes.values() if v.unavailable and v.domains["rack"] == f"r{r}")
+            now_ = sum(1 for v in after.nodes.values()
+                       if v.unavailable and v.domains["rack"] == f"r{r}")
+            assert now_ <= max(POLICY.budget.domain_caps["rack"], was)
+
+    run()
+    assert seen["drain"] > 20 and seen["hold"] > 20, seen  # the property was exercised
+    assert seen["resume"] > 0, seen
