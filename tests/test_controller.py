@@ -272,3 +272,16 @@ def test_reports_survive_a_restart_with_their_arrival_time(tmp_path):
     older = {**report("gpu001"), "agent": {"age_s": 120.0}}      # from an outbox: older
     ctl2.ingest(older)
     assert ctl2._reports["gpu001"].findings                      # the newer one is kept
+
+
+def test_controller_metrics_count_reports_refusals_and_health(world):
+    ctl, _, _, client = world
+    client.post("/v1/reports", json=report("gpu003", [XID79]), headers=AUTH)
+    client.post("/v1/reports", json=report("gpu003"))                      # no token
+    ctl.step()
+    text = client.get("/metrics").text
+    assert "minutiae_controller_reports_total 31.0" in text
+    assert 'minutiae_controller_refused_total{why="token"} 1.0' in text
+    assert 'minutiae_controller_nodes{health="unhealthy"} 1.0' in text
+    assert 'minutiae_controller_actions{outcome="done"} 1.0' in text
+    assert "minutiae_controller_paused 0.0" in text
