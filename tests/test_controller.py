@@ -285,3 +285,13 @@ def test_controller_metrics_count_reports_refusals_and_health(world):
     assert 'minutiae_controller_nodes{health="unhealthy"} 1.0' in text
     assert 'minutiae_controller_actions{outcome="done"} 1.0' in text
     assert "minutiae_controller_paused 0.0" in text
+
+
+def test_openapi_documents_every_endpoint(world):
+    _, _, _, client = world
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/reports", "/v1/timings", "/v1/pause", "/v1/unpause", "/v1/status", "/v1/nodes",
+            "/v1/nodes/{node}/explain", "/v1/audit"} <= set(spec["paths"])
+    body = spec["paths"]["/v1/reports"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"]["$ref"].endswith("/ReportIn")
+    assert "findings" in spec["components"]["schemas"]["CheckIn"]["properties"]
