@@ -26,7 +26,6 @@ from minutiae.controller.state import (
     ControllerMemory,
     Decision,
     FleetState,
-    Health,
     NodeView,
     Pause,
     Plan,
@@ -34,6 +33,7 @@ from minutiae.controller.state import (
     Verb,
 )
 from minutiae.controller.store import DONE, DRY_RUN, FAILED, AuditRow, Store
+from minutiae.controller.views import explain_view, status_view
 from minutiae.controller.wire import report_from_json
 from minutiae.errors import BackendError, BackendUnavailable, MinutiaeError
 from minutiae.model import Status
@@ -347,23 +347,16 @@ class Controller:
 
     def status(self) -> dict[str, Any]:
         rows = self.node_rows()
-        health = {h.value: 0 for h in Health}
-        for r in rows:
-            health[r["health"]] += 1
-        p = self.memory.pause
         with self._lock:
             c = self.counters
             problems = [{"time": t, "what": w} for t, w in list(c.problems)[-20:]]
             counts = {"reports": c.reports, "rejected": c.rejected, "steps": c.steps,
                       "actions_done": c.actions_done, "actions_failed": c.actions_failed,
                       "holds": c.holds}
-        return {
-            "dry_run": self.dry_run, "scheduler": self.backend.name,
-            "policy": self.policy.source, "nodes": len(rows), "health": health,
-            "unavailable": sum(1 for r in rows if r["sched"] in ("drained", "draining", "down")),
-            "paused": None if p is None else {"reason": p.reason, "since": p.since, "by": p.by},
-            "pending_actions": len(self.store.pending()), "last_step": self.last_step,
-            "counters": counts, "problems": problems}
+        return status_view(rows, dry_run=self.dry_run, scheduler=self.backend.name,
+                           policy=self.policy.source, pause=self.memory.pause,
+                           pending=len(self.store.pending()), last_step=self.last_step,
+                           counts=counts, problems=problems)
 
     def explain(self, node: str) -> dict[str, Any]:
         try:  # the scheduler's word, live, for the one node asked about
@@ -375,24 +368,10 @@ class Controller:
         history = [r.to_json() for r in self.store.audit(node=node, limit=20)]
         if node not in rows and not history:
             raise BackendError(f"unknown node {node}: no report and no decision recorded")
-        row = rows.get(node, {"node": node})
-        last = next((h for h in history if h["action"] != Verb.HOLD.value), None)
-        hold = history[0] if history and history[0]["action"] == Verb.HOLD.value else None
         with self._lock:
             rep = self._reports.get(node)
-        a = assess(rep, self.policy, self.clock.now())
-        if row.get("sched") in ("drained", "draining") and not row.get("ours"):
-            why = (f"drained by someone else (reason {row.get('reason')!r}); minutiae never "
-                   "resumes a drain it does not own")
-        elif last and last["action"] == Verb.DRAIN.value and row.get("ours"):
-            why = f"drained by minutiae: rule {last['rule']}"
-        elif hold:
-            why = f"wanted to {hold['wanted']} but held: {hold['budget'].get('detail')}"
-        else:
-            why = f"{a.health.value}; no action in effect"
-        return {"node": node, "why": why, "state": row, "health": a.health.value,
-                "current_evidence": list(a.evidence), "last_action": last, "last_hold": hold,
-                "undo": last["undo"] if last else None, "history": history}
+        return explain_view(node, rows.get(node, {"node": node}), history,
+                            assess(rep, self.policy, self.clock.now()))
 
 
 def _signature(r: Report) -> tuple[object, ...]:
