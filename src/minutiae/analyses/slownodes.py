@@ -29,8 +29,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from minutiae.errors import DataError
-
 REASONS = {0x2: "applications clocks setting", 0x4: "SW power cap", 0x8: "HW slowdown",
            0x10: "sync boost", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown",
            0x80: "HW power brake"}
@@ -150,74 +148,14 @@ def _peer_keys(df: pl.DataFrame, fleet: pl.DataFrame | None, jobs: pl.DataFrame 
         .alias("peer"))
 
 
-def _with_deficits(df: pl.DataFrame, opts: SlowOptions, metrics: list[str]) -> pl.DataFrame:
-    """Per sample: value / peer median - 1 for each metric (temperature: difference in C)."""
-    def stats(key: str, tag: str) -> pl.DataFrame:
-        aggs = [pl.len().alias(f"n_{tag}")]
-        aggs += [pl.col(m).median().alias(f"med_{m}_{tag}") for m in metrics]
-        return df.group_by(["bucket", key]).agg(aggs)
-
-    df = df.join(stats("peer", "p"), on=["bucket", "peer"]).join(stats("sku", "s"),
-                                                                  on=["bucket", "sku"])
-    use_p = pl.col("n_p") >= opts.min_peers
-    out = [pl.when(use_p).then(pl.col("n_p")).otherwise(pl.col("n_s")).alias("peers")]
-    for m in metrics:
-        med = pl.when(use_p).then(pl.col(f"med_{m}_p")).otherwise(pl.col(f"med_{m}_s"))
-        out.append((pl.col(m) - med if m == "temp_c" else pl.col(m) / med - 1.0).alias(f"d_{m}"))
-    return df.with_columns(out)
-
-
 def analyse_telemetry(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
                       jobs: pl.DataFrame | None = None, opts: SlowOptions | None = None,
-                      where: str = "telemetry") -> SlowReport:
-    opts = opts or SlowOptions()
-    need = ("time", "node", "gpu", "sm_clock_mhz")
-    missing = [c for c in need if c not in tel.columns]
-    if missing:
-        raise DataError(f"missing column(s) {', '.join(missing)}; need {', '.join(need)}", where)
-    warnings: list[str] = []
-    df = tel.with_columns(pl.col("time").cast(pl.Float64), pl.col("gpu").cast(pl.Int64),
-                          pl.col("sm_clock_mhz").cast(pl.Float64), pl.col("node").cast(pl.String))
-    bad = df.filter(pl.col("time").is_null() | pl.col("node").is_null() | pl.col("gpu").is_null())
-    if bad.height:
-        warnings.append(f"{bad.height} rows without time/node/gpu skipped")
-        df = df.filter(~(pl.col("time").is_null() | pl.col("node").is_null() | pl.col("gpu").is_null()))
-    if df.height == 0:
-        raise DataError("no telemetry rows", where)
-    metrics = ["sm_clock_mhz"] + [m for m in ("power_w", "temp_c", "ib_xmit_mbps") if m in df.columns]
-    for m in metrics[1:]:
-        df = df.with_columns(pl.col(m).cast(pl.Float64))
-    busy = pl.col("sm_clock_mhz").is_not_null() & (pl.col("sm_clock_mhz") > 0)
-    if "clock_event_reasons" in df.columns:
-        df = df.with_columns(pl.col("clock_event_reasons").cast(pl.Int64).fill_null(0))
-        busy = busy & ((pl.col("clock_event_reasons") & GPU_IDLE) == 0)
-    else:
-        df = df.with_columns(pl.lit(0, dtype=pl.Int64).alias("clock_event_reasons"))
-    times = np.unique(df["time"].to_numpy())
-    interval = float(np.median(np.diff(times))) if times.size > 1 else 60.0
-    n_gpus = df.select(pl.struct("node", "gpu").n_unique()).item()
-    n_nodes = df["node"].n_unique()
-    df = df.filter(busy).with_columns((pl.col("time") / interval).round().cast(pl.Int64).alias("bucket"))
-    if df.height == 0:
-        return SlowReport((), n_gpus, n_nodes, 0, interval, float("nan"),
-                          tuple(warnings + ["no busy samples: nothing to compare"]))
-    df = _with_deficits(_peer_keys(df, fleet, jobs), opts, metrics)
-    d = df["d_sm_clock_mhz"].to_numpy()
-    d = d[np.isfinite(d)]
-    noise = float(1.4826 * np.median(np.abs(d - np.median(d)))) if d.size else float("nan")
-    noise = max(noise, 1e-4)
-    limit = max(opts.min_deficit, opts.z * noise)
-    slow = pl.col("d_sm_clock_mhz") < -limit
-    findings = _episodes(df, slow, "sm_clock", interval, opts, noise)
-    if "d_ib_xmit_mbps" in df.columns:
-        findings += _episodes(df, pl.col("d_ib_xmit_mbps") < -opts.ib_deficit, "ib_xmit",
-                              interval, opts, noise)
-    if "pcie_replay" in df.columns:
-        findings += _replay_episodes(df, interval, opts, noise)
-    findings = _merge_nodes(findings, df, interval)
-    findings.sort(key=lambda f: (-f.deficit * f.duration_s, f.node, f.gpu or -1))
-    return SlowReport(tuple(findings), n_gpus, n_nodes, df.height, interval, noise,
-                      tuple(warnings))
+                      where: str = "telemetry", chunk_rows: int | None = 1_000_000) -> SlowReport:
+    """Slow GPUs, nodes and links in ``tel``, processed about ``chunk_rows`` rows (whole sample
+    times) at a time, ``None``: all at once; the result is the same (see ``slownodes_chunks``)."""
+    from minutiae.analyses.slownodes_chunks import analyse_chunked
+
+    return analyse_chunked(tel, fleet, jobs, opts, where, chunk_rows)
 
 
 def _counter_rates(df: pl.DataFrame, interval: float) -> pl.DataFrame:
@@ -313,8 +251,8 @@ def _with_evidence(f: SlowFinding, gpus: int | None = None) -> SlowFinding:
     return replace(f, evidence=text)
 
 
-def _merge_nodes(findings: list[SlowFinding], df: pl.DataFrame, interval: float) -> list[SlowFinding]:
-    gpus_per_node = dict(df.group_by("node").agg(pl.col("gpu").n_unique()).iter_rows())
+def _merge_nodes(findings: list[SlowFinding], gpus_per_node: dict[str, int],
+                 interval: float) -> list[SlowFinding]:
     by: dict[str, list[SlowFinding]] = {}
     for f in findings:
         if f.metric == "sm_clock":

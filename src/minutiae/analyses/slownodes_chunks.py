@@ -1,0 +1,165 @@
+"""The slownodes analysis over a table too large to process at once (a week of a 1,024-node
+fleet: 16.5 M rows), with results identical to processing it whole.
+
+Peer medians only ever compare GPUs at the same sample time (``bucket``), so the table is
+processed in chunks of whole buckets (``chunk_rows`` rows at a time, about):
+
+1. pass 1, per chunk: busy samples, peer keys, the per-(bucket, peer) and per-(bucket, SKU)
+   medians (kept: they are small), every SM-clock deficit (kept as one float array for the
+   fleet's robust noise), and per GPU its lowest SM-clock and IB deficit and its PCIe-replay
+   counter range (kept: one row per GPU);
+2. the noise, hence the slow limit, gives the candidate GPUs: those with any sample below it, an
+   IB deficit below ``ib_deficit``, or enough PCIe replays;
+3. pass 2: only the candidates' rows get deficits again (from the kept medians) and go through
+   the episode search, which needs each GPU's whole series.
+
+Peak memory is the input table plus one chunk's working set plus 8 bytes per sample, instead of
+a dozen float columns for every sample.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from minutiae.analyses import slownodes as sn
+from minutiae.errors import DataError
+
+#: rows per chunk (about 1 day of 1,024 x 8 GPUs at a 5-minute interval / 2)
+CHUNK_ROWS = 1_000_000
+_KEY = ["node", "gpu"]
+
+
+def _stats(df: pl.DataFrame, metrics: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    def stats(key: str, tag: str) -> pl.DataFrame:
+        aggs = [pl.len().alias(f"n_{tag}")]
+        aggs += [pl.col(m).median().alias(f"med_{m}_{tag}") for m in metrics]
+        return df.group_by(["bucket", key]).agg(aggs)
+    return stats("peer", "p"), stats("sku", "s")
+
+
+def _deficits(df: pl.DataFrame, peer: pl.DataFrame, sku: pl.DataFrame, opts: sn.SlowOptions,
+              metrics: list[str]) -> pl.DataFrame:
+    """Per sample: value / peer median - 1 for each metric (temperature: difference in C)."""
+    df = df.join(peer, on=["bucket", "peer"]).join(sku, on=["bucket", "sku"])
+    use_p = pl.col("n_p") >= opts.min_peers
+    out = [pl.when(use_p).then(pl.col("n_p")).otherwise(pl.col("n_s")).alias("peers")]
+    for m in metrics:
+        med = pl.when(use_p).then(pl.col(f"med_{m}_p")).otherwise(pl.col(f"med_{m}_s"))
+        out.append((pl.col(m) - med if m == "temp_c" else pl.col(m) / med - 1.0).alias(f"d_{m}"))
+    return df.with_columns(out)
+
+
+def _busy(raw: pl.DataFrame, metrics: list[str], interval: float, fleet: pl.DataFrame | None,
+          jobs: pl.DataFrame | None) -> pl.DataFrame:
+    """Typed busy samples of ``raw`` with their bucket and peer keys."""
+    df = raw.with_columns(pl.col("time").cast(pl.Float64), pl.col("gpu").cast(pl.Int64),
+                          pl.col("node").cast(pl.String),
+                          *[pl.col(m).cast(pl.Float64) for m in metrics])
+    busy = pl.col("sm_clock_mhz").is_not_null() & (pl.col("sm_clock_mhz") > 0)
+    if "clock_event_reasons" in df.columns:
+        df = df.with_columns(pl.col("clock_event_reasons").cast(pl.Int64).fill_null(0))
+        busy = busy & ((pl.col("clock_event_reasons") & sn.GPU_IDLE) == 0)
+    else:
+        df = df.with_columns(pl.lit(0, dtype=pl.Int64).alias("clock_event_reasons"))
+    df = df.filter(busy).with_columns((pl.col("time") / interval).round().cast(pl.Int64).alias("bucket"))
+    return sn._peer_keys(df, fleet, jobs)
+
+
+def _chunk_bounds(times: pl.Series, interval: float, rows: int, chunk_rows: int | None) -> list[float]:
+    """Lower time bounds of chunks holding whole buckets, about ``chunk_rows`` rows each."""
+    buckets = (times / interval).round().cast(pl.Int64).to_numpy()
+    if chunk_rows is None or buckets.size == 0:
+        return [float("-inf")]
+    n_b = int(buckets[-1] - buckets[0]) + 1
+    per = max(1, int(chunk_rows * n_b / max(rows, 1)))
+    chunk = (buckets - buckets[0]) // per
+    first = np.flatnonzero(np.diff(chunk, prepend=-1))
+    return [float("-inf")] + [float(t) for t in times.to_numpy()[first[1:]]]
+
+
+def analyse_chunked(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
+                    jobs: pl.DataFrame | None = None, opts: sn.SlowOptions | None = None,
+                    where: str = "telemetry", chunk_rows: int | None = CHUNK_ROWS) -> sn.SlowReport:
+    """What ``slownodes.analyse_telemetry`` returns; ``chunk_rows=None``: one chunk."""
+    opts = opts or sn.SlowOptions()
+    need = ("time", "node", "gpu", "sm_clock_mhz")
+    missing = [c for c in need if c not in tel.columns]
+    if missing:
+        raise DataError(f"missing column(s) {', '.join(missing)}; need {', '.join(need)}", where)
+    warnings: list[str] = []
+    null = pl.col("time").is_null() | pl.col("node").is_null() | pl.col("gpu").is_null()
+    n_bad = int(tel.select(null.sum()).item())
+    if n_bad:
+        warnings.append(f"{n_bad} rows without time/node/gpu skipped")
+        tel = tel.filter(~null)
+    if tel.height == 0:
+        raise DataError("no telemetry rows", where)
+    metrics = ["sm_clock_mhz"] + [m for m in ("power_w", "temp_c", "ib_xmit_mbps") if m in tel.columns]
+    times = tel.get_column("time").cast(pl.Float64).unique().sort()
+    interval = float(np.median(np.diff(times.to_numpy()))) if times.len() > 1 else 60.0
+    ids = pl.struct(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64))
+    n_gpus = int(tel.select(ids.n_unique()).item())
+    n_nodes = int(tel.get_column("node").n_unique())
+    bounds = _chunk_bounds(times, interval, tel.height, chunk_rows) + [float("inf")]
+    time = pl.col("time").cast(pl.Float64)
+    peer_st: list[pl.DataFrame] = []
+    sku_st: list[pl.DataFrame] = []
+    devs: list[np.ndarray] = []
+    per_gpu: list[pl.DataFrame] = []
+    samples = 0
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):         # pass 1
+        df = _busy(tel.filter((time >= lo) & (time < hi)), metrics, interval, fleet, jobs)
+        if df.height == 0:
+            continue
+        samples += df.height
+        peer, sku = _stats(df, metrics)
+        df = _deficits(df, peer, sku, opts, metrics)
+        peer_st.append(peer)
+        sku_st.append(sku)
+        d = df.get_column("d_sm_clock_mhz").to_numpy()
+        devs.append(d[np.isfinite(d)])
+        aggs = [pl.col("d_sm_clock_mhz").min().alias("sm")]
+        if "d_ib_xmit_mbps" in df.columns:
+            aggs.append(pl.col("d_ib_xmit_mbps").min().alias("ib"))
+        if "pcie_replay" in df.columns:
+            counter = pl.col("pcie_replay").cast(pl.Float64)
+            aggs += [counter.max().alias("rmax"), counter.min().alias("rmin")]
+        per_gpu.append(df.group_by(_KEY).agg(aggs))
+        del df
+    if samples == 0:
+        return sn.SlowReport((), n_gpus, n_nodes, 0, interval, float("nan"),
+                             tuple(warnings + ["no busy samples: nothing to compare"]))
+    d = np.concatenate(devs)
+    del devs
+    noise = float(1.4826 * np.median(np.abs(d - np.median(d)))) if d.size else float("nan")
+    noise = max(noise, 1e-4)
+    del d
+    limit = max(opts.min_deficit, opts.z * noise)
+    gpus = pl.concat(per_gpu)
+    gpus_per_node = dict(gpus.select(_KEY).unique().group_by("node").agg(pl.col("gpu").n_unique())
+                         .iter_rows())
+    aggs = [pl.col("sm").min()]
+    cand = pl.col("sm") < -limit
+    if "ib" in gpus.columns:
+        aggs.append(pl.col("ib").min())
+        cand = cand | (pl.col("ib") < -opts.ib_deficit)
+    if "rmax" in gpus.columns:
+        aggs += [pl.col("rmax").max(), pl.col("rmin").min()]
+        cand = cand | (pl.col("rmax") - pl.col("rmin") >= opts.pcie_per_hour * opts.min_duration / 3600.0)
+    cands = gpus.group_by(_KEY).agg(aggs).filter(cand.fill_null(False)).select(_KEY)
+    findings: list[sn.SlowFinding] = []
+    if cands.height:                                                  # pass 2
+        rows = (tel.lazy().with_columns(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64))
+                .join(cands.lazy(), on=_KEY, how="semi").collect())
+        df = _deficits(_busy(rows, metrics, interval, fleet, jobs), pl.concat(peer_st),
+                       pl.concat(sku_st), opts, metrics)
+        findings = sn._episodes(df, pl.col("d_sm_clock_mhz") < -limit, "sm_clock", interval, opts, noise)
+        if "d_ib_xmit_mbps" in df.columns:
+            findings += sn._episodes(df, pl.col("d_ib_xmit_mbps") < -opts.ib_deficit, "ib_xmit",
+                                     interval, opts, noise)
+        if "pcie_replay" in df.columns:
+            findings += sn._replay_episodes(df, interval, opts, noise)
+        findings = sn._merge_nodes(findings, gpus_per_node, interval)
+    findings.sort(key=lambda f: (-f.deficit * f.duration_s, f.node, f.gpu or -1))
+    return sn.SlowReport(tuple(findings), n_gpus, n_nodes, samples, interval, noise, tuple(warnings))
