@@ -148,3 +148,27 @@ def test_all_idle_is_not_ok_but_said() -> None:
     idle = tel.with_columns(pl.lit(IDLE).alias("clock_event_reasons"))
     report = analyse_telemetry(idle)
     assert report.findings == () and report.warnings == ("no busy samples: nothing to compare",)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 700, 2_000])
+@pytest.mark.parametrize("variant", ["jobs", "no_jobs", "short"])
+def test_chunked_gives_the_whole_table_answer(chunk_rows: int, variant: str) -> None:
+    # chunks hold whole sample times (1 row -> one time per chunk; 700 -> a few; 9,216 rows in all)
+    tel, fleet, jobs = fleet_telemetry(seed=3)
+    args = (tel, fleet, None if variant == "no_jobs" else jobs,
+            SlowOptions(min_duration=600) if variant == "short" else None)
+    whole = analyse_telemetry(*args, chunk_rows=None)
+    chunked = analyse_telemetry(*args, chunk_rows=chunk_rows)
+    assert whole.findings and len(whole.findings) >= 4
+    assert chunked.to_json() == whole.to_json()
+    assert chunked.noise == whole.noise and chunked.samples == whole.samples == 9216 - 36 * 8
+
+
+def test_chunk_bounds_keep_each_sample_time_whole() -> None:
+    from minutiae.analyses.slownodes_chunks import _chunk_bounds
+
+    # jittered times: 1,000 s and 1,020 s share bucket 3 at a 300 s interval (3.33 and 3.4 round to 3)
+    times = pl.Series([0.0, 290.0, 610.0, 1000.0, 1020.0, 1190.0])
+    bounds = _chunk_bounds(times, 300.0, rows=6, chunk_rows=1)
+    assert bounds == [float("-inf"), 290.0, 610.0, 1000.0, 1190.0]
+    assert _chunk_bounds(times, 300.0, rows=6, chunk_rows=None) == [float("-inf")]
