@@ -150,7 +150,7 @@ def _peer_keys(df: pl.DataFrame, fleet: pl.DataFrame | None, jobs: pl.DataFrame 
 
 def analyse_telemetry(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
                       jobs: pl.DataFrame | None = None, opts: SlowOptions | None = None,
-                      where: str = "telemetry", chunk_rows: int | None = 1_000_000) -> SlowReport:
+                      where: str = "telemetry", chunk_rows: int | None = 250_000) -> SlowReport:
     """Slow GPUs, nodes and links in ``tel``, processed about ``chunk_rows`` rows (whole sample
     times) at a time, ``None``: all at once; the result is the same (see ``slownodes_chunks``)."""
     from minutiae.analyses.slownodes_chunks import analyse_chunked

@@ -10,8 +10,9 @@ processed in chunks of whole buckets (``chunk_rows`` rows at a time, about):
    counter range (kept: one row per GPU);
 2. the noise, hence the slow limit, gives the candidate GPUs: those with any sample below it, an
    IB deficit below ``ib_deficit``, or enough PCIe replays;
-3. pass 2: only the candidates' rows get deficits again (from the kept medians) and go through
-   the episode search, which needs each GPU's whole series.
+3. pass 2, by batches of about ``chunk_rows`` rows of whole nodes: only the candidates' rows
+   get deficits again (from the kept medians) and go through the episode search, which needs
+   each GPU's whole series (GPUs are independent there; nodes are merged at the end).
 
 Peak memory is the input table plus one chunk's working set plus 8 bytes per sample, instead of
 a dozen float columns for every sample.
@@ -25,8 +26,8 @@ import polars as pl
 from minutiae.analyses import slownodes as sn
 from minutiae.errors import DataError
 
-#: rows per chunk (about 1 day of 1,024 x 8 GPUs at a 5-minute interval / 2)
-CHUNK_ROWS = 1_000_000
+#: rows per chunk (2.5 h of 1,024 x 8 GPUs sampled every 5 minutes; a day of 128 nodes)
+CHUNK_ROWS = 250_000
 _KEY = ["node", "gpu"]
 
 
@@ -98,18 +99,19 @@ def analyse_chunked(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
     metrics = ["sm_clock_mhz"] + [m for m in ("power_w", "temp_c", "ib_xmit_mbps") if m in tel.columns]
     times = tel.get_column("time").cast(pl.Float64).unique().sort()
     interval = float(np.median(np.diff(times.to_numpy()))) if times.len() > 1 else 60.0
-    ids = pl.struct(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64))
-    n_gpus = int(tel.select(ids.n_unique()).item())
-    n_nodes = int(tel.get_column("node").n_unique())
     bounds = _chunk_bounds(times, interval, tel.height, chunk_rows) + [float("inf")]
     time = pl.col("time").cast(pl.Float64)
     peer_st: list[pl.DataFrame] = []
     sku_st: list[pl.DataFrame] = []
     devs: list[np.ndarray] = []
     per_gpu: list[pl.DataFrame] = []
+    seen: list[pl.DataFrame] = []
     samples = 0
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):         # pass 1
-        df = _busy(tel.filter((time >= lo) & (time < hi)), metrics, interval, fleet, jobs)
+        raw = tel.filter((time >= lo) & (time < hi))
+        seen.append(raw.select(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64)).unique())
+        df = _busy(raw, metrics, interval, fleet, jobs)
+        del raw
         if df.height == 0:
             continue
         samples += df.height
@@ -127,12 +129,17 @@ def analyse_chunked(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
             aggs += [counter.max().alias("rmax"), counter.min().alias("rmin")]
         per_gpu.append(df.group_by(_KEY).agg(aggs))
         del df
+    every = pl.concat(seen).unique()
+    n_gpus, n_nodes = every.height, every.get_column("node").n_unique()
     if samples == 0:
         return sn.SlowReport((), n_gpus, n_nodes, 0, interval, float("nan"),
                              tuple(warnings + ["no busy samples: nothing to compare"]))
     d = np.concatenate(devs)
     del devs
-    noise = float(1.4826 * np.median(np.abs(d - np.median(d)))) if d.size else float("nan")
+    noise = float("nan")
+    if d.size:                      # 1.4826 x MAD, in place: this is 8 bytes per sample
+        d -= np.median(d, overwrite_input=True)
+        noise = float(1.4826 * np.median(np.abs(d, out=d), overwrite_input=True))
     noise = max(noise, 1e-4)
     del d
     limit = max(opts.min_deficit, opts.z * noise)
@@ -149,17 +156,23 @@ def analyse_chunked(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
         cand = cand | (pl.col("rmax") - pl.col("rmin") >= opts.pcie_per_hour * opts.min_duration / 3600.0)
     cands = gpus.group_by(_KEY).agg(aggs).filter(cand.fill_null(False)).select(_KEY)
     findings: list[sn.SlowFinding] = []
-    if cands.height:                                                  # pass 2
-        rows = (tel.lazy().with_columns(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64))
-                .join(cands.lazy(), on=_KEY, how="semi").collect())
-        df = _deficits(_busy(rows, metrics, interval, fleet, jobs), pl.concat(peer_st),
-                       pl.concat(sku_st), opts, metrics)
-        findings = sn._episodes(df, pl.col("d_sm_clock_mhz") < -limit, "sm_clock", interval, opts, noise)
+    peer, sku = pl.concat(peer_st), pl.concat(sku_st)
+    cand_nodes = sorted(cands.get_column("node").unique().to_list())
+    per_batch = len(cand_nodes) if chunk_rows is None else max(1, chunk_rows * n_nodes // tel.height)
+    for i in range(0, len(cand_nodes), per_batch):                   # pass 2, by node batches
+        rows = (tel.filter(pl.col("node").cast(pl.String).is_in(cand_nodes[i:i + per_batch]))
+                .with_columns(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64))
+                .join(cands, on=_KEY, how="semi"))
+        df = _deficits(_busy(rows, metrics, interval, fleet, jobs), peer, sku, opts, metrics)
+        del rows
+        findings += sn._episodes(df, pl.col("d_sm_clock_mhz") < -limit, "sm_clock", interval,
+                                 opts, noise)
         if "d_ib_xmit_mbps" in df.columns:
             findings += sn._episodes(df, pl.col("d_ib_xmit_mbps") < -opts.ib_deficit, "ib_xmit",
                                      interval, opts, noise)
         if "pcie_replay" in df.columns:
             findings += sn._replay_episodes(df, interval, opts, noise)
-        findings = sn._merge_nodes(findings, gpus_per_node, interval)
+        del df
+    findings = sn._merge_nodes(findings, gpus_per_node, interval)
     findings.sort(key=lambda f: (-f.deficit * f.duration_s, f.node, f.gpu or -1))
     return sn.SlowReport(tuple(findings), n_gpus, n_nodes, samples, interval, noise, tuple(warnings))
