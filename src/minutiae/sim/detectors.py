@@ -12,7 +12,6 @@ maintenance window does not drain (it still counts as an alarm).
 from __future__ import annotations
 
 import importlib
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -411,8 +410,10 @@ def _policy() -> Any:
     return load_policy()
 
 
-#: detectors run in this many worker processes (they are independent); 1 = in this process
-DEFAULT_JOBS = min(2, os.cpu_count() or 1)
+#: detectors run in this many worker processes (they are independent); 1 = in this process.
+#: Workers start from a clean forkserver (forking a process whose polars/arrow thread pools are
+#: running can deadlock the child).
+DEFAULT_JOBS = 1
 
 
 def _run_one(spec_name: str, ctx: Context) -> tuple[list[Detection], list[str], int, float, str]:
@@ -432,6 +433,7 @@ def run_detectors(ds: Dataset, names: Iterable[str] | None = None,
                   jobs: int | None = None) -> list[DetectorResult]:
     """Every available detector's result, in registry order; ``jobs`` > 1 runs them in that many
     worker processes (a worker that dies, e.g. killed for memory, is reported as failed)."""
+    import multiprocessing
     from concurrent.futures import Future, ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
@@ -445,7 +447,8 @@ def run_detectors(ds: Dataset, names: Iterable[str] | None = None,
     jobs = DEFAULT_JOBS if jobs is None else max(1, jobs)
     done: dict[str, tuple[list[Detection], list[str], int, float, str]] = {}
     if jobs > 1 and len(runnable) > 1:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(runnable))) as pool:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(runnable)),
+                                 mp_context=multiprocessing.get_context("forkserver")) as pool:
             futs: dict[str, Future[tuple[list[Detection], list[str], int, float, str]]] = {}
             for d in runnable:
                 if progress:
