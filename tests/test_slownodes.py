@@ -172,3 +172,15 @@ def test_chunk_bounds_keep_each_sample_time_whole() -> None:
     bounds = _chunk_bounds(times, 300.0, rows=6, chunk_rows=1)
     assert bounds == [float("-inf"), 290.0, 610.0, 1000.0, 1190.0]
     assert _chunk_bounds(times, 300.0, rows=6, chunk_rows=None) == [float("-inf")]
+
+
+def test_of_two_equally_long_episodes_the_earlier_is_reported() -> None:
+    tel, fleet, jobs = fleet_telemetry()
+    idx = pl.int_range(pl.len()).over("node", "gpu")      # sample number of each GPU's series
+    dip = (pl.col("node") == "gpu005") & (pl.col("gpu") == 2) & (idx.is_between(10, 17) | idx.is_between(40, 47))
+    tel = tel.sort("node", "gpu", "time").with_columns(
+        pl.when(dip).then((pl.col("sm_clock_mhz") / 1.125).round()).otherwise(pl.col("sm_clock_mhz"))
+        .alias("sm_clock_mhz"))
+    for _ in range(3):
+        got = [f for f in analyse_telemetry(tel, fleet, jobs).findings if f.node == "gpu005"]
+        assert [(f.gpu, f.start, f.duration_s) for f in got] == [(2, T0 + 10 * STEP, 40 * 60)]

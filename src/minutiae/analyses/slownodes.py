@@ -197,7 +197,8 @@ def _episodes(df: pl.DataFrame, slow: pl.Expr, metric: str, interval: float,
                    for bit in REASONS])
             .with_columns((pl.col("end") - pl.col("start") + interval).alias("dur"))
             .filter(pl.col("dur") >= opts.min_duration)
-            .sort("dur", descending=True).unique(["node", "gpu"], keep="first"))
+            .sort(["dur", "start"], descending=[True, False])  # longest, then earliest: no tie left
+            .unique(["node", "gpu"], keep="first", maintain_order=True))
     out = []
     for row in runs.iter_rows(named=True):
         reasons = tuple(name for bit, name in REASONS.items() if row[f"r{bit}"] >= 0.5)
