@@ -271,8 +271,10 @@ class SeriesDetector:
             self.alarm_sums[0, new] = sums[0] + cum_r[-1, new] - cum_r[ta, new]
             self.alarm_sums[1, new] = sums[1] + cum_n[-1, new] - cum_n[ta, new]
             self.alarm_det[new] = det
+            # the score is over the alarm tests only: ``runs`` ends with the estimator's run
+            # (h = inf), so it is indexed by test, never zipped against ``self.tests``
             self.alarm_score[new] = np.max(
-                [rs[0][ta, new] / tt.h for rs, tt in zip(runs, self.tests, strict=False)], axis=0)
+                [runs[d][0][ta, new] / t.h for d, t in enumerate(self.tests)], axis=0)
             self.alarm_step[new] = steps[ta]
         old = np.flatnonzero(~waiting)
         if old.size:

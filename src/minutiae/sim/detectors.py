@@ -44,10 +44,18 @@ class DetectorSpec:
     run: Run
 
 
+class Failure(str):
+    """A note saying the analysis itself crashed on one input (a bug, not bad input): counted in
+    ``DetectorResult.failed`` and named in its status, so a per-input catch never hides it."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
 class DetectorResult:
     """``available`` False: ``reason`` says which module is missing. ``inputs``: files or jobs
-    read; ``notes``: inputs skipped and why (never silently)."""
+    read; ``notes``: inputs skipped and why (never silently); ``failed``: inputs on which the
+    analysis crashed (``Failure`` notes; the status says how many)."""
 
     name: str
     what: str
@@ -57,12 +65,13 @@ class DetectorResult:
     inputs: int = 0
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
+    failed: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "what": self.what, "available": self.available,
                 "reason": self.reason, "detections": len(self.detections), "inputs": self.inputs,
                 "seconds": round(self.seconds, 3), "notes": list(self.notes[:20]),
-                "notes_total": len(self.notes)}
+                "notes_total": len(self.notes), "failed": self.failed}
 
 
 @dataclass
@@ -101,11 +110,14 @@ class _Active:
     def __init__(self) -> None:
         self.keys: set[tuple[str, str]] = set()
 
-    def fresh(self, findings: Iterable[Finding], scope: set[str] | None = None) -> list[Finding]:
-        """New findings; ``scope``: the components evaluated this time (the others keep theirs)."""
+    def fresh(self, findings: Iterable[Finding], scope: set[str] | None = None,
+              rules: set[str] | None = None) -> list[Finding]:
+        """New findings; ``scope``: the components evaluated this time, ``rules``: the rules
+        (None: all) — the others keep theirs."""
         cur = {(f.rule or f.kind, f.component or ""): f for f in findings}
         out = [f for k, f in cur.items() if k not in self.keys]
-        kept = {k for k in self.keys if scope is not None and k[1] not in scope}
+        kept = {k for k in self.keys if (scope is not None and k[1] not in scope)
+                or (rules is not None and k[0] not in rules)}
         self.keys = kept | set(cur)
         return out
 
@@ -153,11 +165,15 @@ def _kernel_log(ctx: Context) -> tuple[list[Detection], list[str], int]:
 
 # ------------------------------------------------------------------ IB counters (sysfs replay)
 def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
-    from minutiae.checks.counters import context, counter_rules, evaluate
+    from minutiae.checks.counters import boot_grace_s, context, counter_rules, evaluate
     from minutiae.parsers.snapshot import SnapshotBuilder
     from minutiae.parsers.sysfs_ib import SOURCE, parse_ib_port
 
     rules = counter_rules()
+    # a rule quiet in a boot's first minutes is judged again when that grace ends (a port that
+    # is still down then did not change, so the change log has no row for it)
+    graced = tuple(r for r in rules if boot_grace_s(r) > 0)
+    grace = max((boot_grace_s(r) for r in graced), default=0.0)
     interval = float(ctx.ds.meta.get("sampling", {}).get("ib_interval_s", 300))
     out: list[Detection] = []
     notes: list[str] = []
@@ -174,10 +190,19 @@ def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
         active = _Active()
         rates: dict[tuple[str, str], float] = {}
         i = 0
-        while i < len(rows):
-            t = rows[i][0]
+        recheck = sorted(b + grace + 1.0 for b in ctx.ds.boots.get(node, ())) if grace > 0 else []
+        while i < len(rows) or recheck:
             changed: set[tuple[str, str]] = set()
             regroup = False
+            judged = rules
+            if recheck and (i >= len(rows) or recheck[0] < rows[i][0]):
+                t = recheck.pop(0)  # a boot grace ended: every port is judged again, by the
+                judged = graced     # rules with a grace (rates would see no time pass)
+                regroup = bool(files)
+                if not regroup:
+                    continue
+            else:
+                t = rows[i][0]
             while i < len(rows) and rows[i][0] == t:
                 _, dev, port, counter, value = rows[i]
                 key = counter if counter in ("state", "phys_state", "rate") else f"counters/{counter}"
@@ -203,9 +228,10 @@ def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
             up = ctx.ds.uptime(node, t)
             extra = {"node": {"uptime_s": up}} if up is not None else None
             scope = {f"ib:{d}/{p}" for d, p in ports}
-            found = [f for f in evaluate(rules, context(obs, previous, t, extra))
+            found = [f for f in evaluate(judged, context(obs, previous, t, extra))
                      if (f.component or "") in scope or not (f.component or "").startswith("ib:")]
-            for f in active.fresh(found, scope):
+            only = None if judged is rules else {r.id for r in judged}
+            for f in active.fresh(found, scope, only):
                 d = ctx.detection("ib_counters", node, t, f)
                 if d is not None:
                     out.append(d)
@@ -341,7 +367,7 @@ def _stragglers(ctx: Context) -> tuple[list[Detection], list[str], int]:
             notes.append(str(exc))
             continue
         except Exception as exc:  # noqa: BLE001 - another area's analysis failing must not stop eval
-            notes.append(f"{path}: straggler analysis failed: {type(exc).__name__}: {exc}")
+            notes.append(Failure(f"{path}: straggler analysis failed: {type(exc).__name__}: {exc}"))
             continue
         steps = df.select("step", "time").unique(subset="step").sort("step")
         st, tt = steps["step"].to_numpy(), steps["time"].to_numpy()
@@ -471,5 +497,9 @@ def run_detectors(ds: Dataset, names: Iterable[str] | None = None,
             results.append(DetectorResult(d.name, d.what, False, miss))
             continue
         dets, notes, n, secs, status = done[d.name]
-        results.append(DetectorResult(d.name, d.what, True, status, tuple(dets), n, secs, tuple(notes)))
+        failures = [x for x in notes if isinstance(x, Failure)]
+        if failures:
+            status = f"{len(failures)} of {n} inputs failed (first: {failures[0]})"
+        results.append(DetectorResult(d.name, d.what, True, status, tuple(dets), n, secs, tuple(notes),
+                                      len(failures)))
     return results
