@@ -21,7 +21,7 @@ from minutiae.analyses.stragglers import Options, StragglerAnalysis, analyse
 from minutiae.analyses.stragglers_detect import SeriesDetector
 from minutiae.analyses.stragglers_prep import prepare
 from minutiae.analyses.stragglers_synth import Fault, FaultKind, SynthJob, SynthSpec
-from minutiae.analyses.stragglers_types import Scope
+from minutiae.analyses.stragglers_types import Basis, Scope
 from minutiae.errors import InputError
 
 WHERE = "timings/100001.parquet"
@@ -74,6 +74,17 @@ def test_slow_node_alarms_in_the_same_block_as_its_ranks() -> None:
     assert rep.suspects and rep.suspects[0].component == job.component(job.spec.faults[0])
     assert all(np.isfinite(s.score) and s.score > 1.0 for s in rep.suspects)
 
+
+
+def test_communication_alarms_score_over_the_alarm_tests() -> None:
+    """The communication series goes through the same alarm path (section timings)."""
+    fault = Fault(FaultKind.LEAF_COMM, 0, 0.3, 30)
+    job = SynthJob(SynthSpec(ranks=64, steps=150, stages=1, seed=4, faults=(fault,)))
+    rep = analyse(prepare(job.table(sections=True), WHERE), Options(ranks_per_node=8), WHERE)
+    slow = set(job.fault_ranks(fault).tolist())
+    assert rep.suspects and all(s.basis is Basis.COMMUNICATION for s in rep.suspects)
+    assert all(set(s.ranks) <= slow and 1.0 < s.score < 10.0 for s in rep.suspects)
+    assert set().union(*(s.ranks for s in rep.suspects)) == slow
 
 @settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
