@@ -19,7 +19,10 @@ bits_any                value (a bitmask) has any of ``bits`` (clock-event reaso
 
 ``unless`` (a table with metric/op/threshold/bits, or a list of them: any that holds) suppresses
 a rule on components where it holds (e.g. a PCIe generation drop while the GPU is idle or in a
-low performance state is power saving, not a fault).
+low performance state is power saving, not a fault). A metric written ``node.<name>`` is read
+from the node's values, so ``unless = { metric = "node.uptime_s", op = "lt", threshold = 300 }``
+is a boot grace (IB ports go DOWN → INIT → ACTIVE in a boot's first minutes); where the uptime
+is not known the rule is not suppressed.
 A counter that went down (reset, reboot, wrap) is a new baseline: rates/increases stay quiet.
 
 This module says what holds *now* (``evaluate``: one finding per component where a rule's
@@ -36,7 +39,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,10 @@ _CMP: dict[str, Callable[[Any, Any], bool]] = {
 OPS = frozenset({*_CMP, "gt_metric", "lt_metric", "ne_metric", "increase", "rate_per_hour",
                  "below_group_max", "bits_any"})
 COMPONENTS = frozenset({"gpu", "ib", "pcie", "node"})
+#: a condition metric with this prefix is read from the ``node`` component (``node.uptime_s``)
+NODE_PREFIX = "node."
+#: the node pseudo-metric "seconds since boot" (what /proc/uptime says)
+UPTIME = "uptime_s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +133,12 @@ def _num(v: Scalar) -> float | None:
 
 
 def _test(c: Condition, comp: str, ctx: Context) -> tuple[bool, dict[str, Scalar]]:
-    """Whether ``c`` holds on ``comp``, and the facts for the message."""
+    """Whether ``c`` holds on ``comp``, and the facts for the message. A metric written
+    ``node.<name>`` is read from the node's values (e.g. ``node.uptime_s``)."""
     values = ctx.values.get(comp, {})
+    if c.metrics[0].startswith(NODE_PREFIX):
+        values = ctx.values.get("node", {})
+        c = replace(c, metrics=tuple(m.removeprefix(NODE_PREFIX) for m in c.metrics))
     v = _value(values, c.metrics)
     if v is None:
         return False, {}
@@ -244,6 +255,16 @@ def evaluate(rules: Sequence[CounterRule], ctx: Context) -> list[Finding]:
     holds once is not what they alarm on."""
     return [v.finding() for v in judge([r for r in rules if r.gate is None or not r.gate.flap], ctx)
             if v.holds]
+
+
+def boot_grace_s(rule: CounterRule) -> float:
+    """How long after boot ``rule`` stays quiet: the largest ``threshold`` of its ``unless``
+    conditions ``node.uptime_s lt|le N`` (0 when it has none). Replays that judge a component
+    only when its values change (the simulator's eval, the backtest) judge it again then."""
+    return max((float(u.threshold) for u in rule.unless
+                if u.metrics == (NODE_PREFIX + UPTIME,) and u.op in ("lt", "le")
+                and isinstance(u.threshold, int | float) and not isinstance(u.threshold, bool)),
+               default=0.0)
 
 
 def _finding(rule: CounterRule, comp: str, facts: dict[str, Scalar]) -> Finding:

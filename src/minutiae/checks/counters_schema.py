@@ -131,7 +131,8 @@ def build_rules(doc: Mapping[str, Any], where: str = "counters.toml", *,
 def run_examples(rule: CounterRule, examples: Any, where: str) -> None:
     """Each example: ``values`` (metric → value on one component), optional ``previous``
     (metric → value one ``elapsed_s`` ago, default 3600 s), optional ``peers`` (list of value
-    tables of other components), and ``fires`` (bool)."""
+    tables of other components), optional ``node`` (the node's values, read by conditions on
+    ``node.<metric>``, e.g. ``node = { uptime_s = 60 }``), and ``fires`` (bool)."""
     if not isinstance(examples, list) or not any(isinstance(e, dict) and e.get("fires") for e in examples):
         raise _fail(where, rule.id, "needs [[rule.example]] tables, at least one with fires = true")
     comp = "node" if rule.component == "node" else f"{rule.component}:example"
@@ -143,6 +144,8 @@ def run_examples(rule: CounterRule, examples: Any, where: str) -> None:
         values: dict[str, Values] = {comp: ex["values"]}
         for j, peer in enumerate(ex.get("peers", [])):
             values[f"{rule.component}:peer{j}"] = peer
+        if isinstance(ex.get("node"), dict) and comp != "node":  # node.<metric> values
+            values["node"] = ex["node"]
         previous = {(comp, m): (float(v), now - elapsed) for m, v in ex.get("previous", {}).items()}
         # the condition (for a flap rule too: its examples say when the condition holds)
         got = [v for v in judge([rule], Context(values, previous, now)) if v.holds and v.component == comp]

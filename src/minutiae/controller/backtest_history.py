@@ -205,7 +205,7 @@ def _load_node(task: tuple[Path, str, tuple[Window, ...], float, float, int, boo
     root, node, own, start, end, year, honour = task
     kern, ib_text = files.read_node(root, node)
     logs, boots = log_signals(kern, year) if kern else ([], [])
-    ib = ib_signals(ib_text, str(root / "nodes" / node / "ib.csv")) if ib_text else []
+    ib = ib_signals(ib_text, str(root / "nodes" / node / "ib.csv"), node, boots) if ib_text else []
     counted = count_signals([tf for tf in logs if not (honour and any(
         w.start <= tf.time < w.end for w in own))], boots, node)
     return _node_reports(node, logs, boots, ib, list(own), start, end, honour, counted)

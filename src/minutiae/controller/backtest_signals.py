@@ -15,13 +15,22 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
 from minutiae.checks.catalog import LogRule, kernel_log_rules
-from minutiae.checks.counters import Context, CounterRule, counter_rules, evaluate, judge
+from minutiae.checks.counters import (
+    UPTIME,
+    Context,
+    CounterRule,
+    boot_grace_s,
+    counter_rules,
+    evaluate,
+    judge,
+)
 from minutiae.checks.engine import Engine
 from minutiae.checks.engine_rules import EngineRule, shipped_engine_rules
 from minutiae.checks.logrules import LogFindingMapper
@@ -173,7 +182,7 @@ RECHECK_S = 60.0
 AGENT_INTERVAL_S = 10.0
 
 
-def ib_signals(text: str, where: str, node: str = "localhost"
+def ib_signals(text: str, where: str, node: str = "localhost", boots: Sequence[float] = ()
                ) -> list[tuple[float, tuple[Finding, ...]]]:
     """``(time, findings at that time)`` at every sample of an ib.csv change log, and at the
     re-checks that can change a verdict without a new sample.
@@ -185,7 +194,9 @@ def ib_signals(text: str, where: str, node: str = "localhost"
     agent's next check. Group rules (a port slower than its HCA-type peers) see every port.
     Gated rules (``for_s``, ``clear_after_s``, flapping) go through the engine exactly as in the
     agent (``counter_gate.gated_findings``, state carried), judged at every sample and at the
-    moments their persistence, window or healthy delay can end."""
+    moments their persistence, window or healthy delay can end. ``boots`` (times, from the
+    kernel log) give the rules ``node.uptime_s``; every port is judged again when a rule's boot
+    grace ends (a port still down then has no new sample)."""
     from minutiae.checks.counter_gate import gated_findings
 
     rows = parse_csv(text, where, ("time", "device", "port", "counter", "value"))
@@ -208,7 +219,14 @@ def ib_signals(text: str, where: str, node: str = "localhost"
     group_found: list[Finding] = []
     state = None
     out: list[tuple[float, tuple[Finding, ...]]] = []
+    boot_list = sorted(boots)
+    grace = max((boot_grace_s(r) for r in ib_rules()), default=0.0)
     samples = list(_samples(rows))
+    # the first sample at or after a boot grace ends judges every port (the values are the
+    # sample's, a port still down then has no row of its own)
+    times = [st for st, _ in samples]
+    graced = {times[k] for b in boot_list if grace > 0
+              for k in [bisect_left(times, b + grace)] if k < len(times)}
     ticks: list[float] = []
     changed: dict[tuple[str, str], dict[str, str]]
     i = 0
@@ -220,7 +238,9 @@ def ib_signals(text: str, where: str, node: str = "localhost"
             t, changed = samples[i]
             i += 1
             ticks = [x for x in ticks if x != t]
-        comps = set()
+        k = bisect_right(boot_list, t)
+        node_vals = {"node": {UPTIME: t - boot_list[k - 1]}} if k else {}
+        comps = set(values) if changed and t in graced else set()
         regroup = False
         for (dev, port), f in changed.items():
             # the parser turns only the files that changed into values (the rest are kept);
@@ -235,11 +255,12 @@ def ib_signals(text: str, where: str, node: str = "localhost"
             comps.add(comp)
         previous = _Previous(prev, prev_t) if prev_t is not None else _Previous({}, t)
         sub = {c: values[c] for c in sorted(comps | had) if c in values}  # sorted: same order in every process
+        sub.update(node_vals)
         if regroup:  # group rules compare ports: only a change of what they compare matters
-            group_found = evaluate(group, Context(values, previous, t))
+            group_found = evaluate(group, Context({**values, **node_vals}, previous, t))
         found = evaluate(nongroup, Context(sub, previous, t)) + group_found
         if gated:
-            ordered = {c: values[c] for c in sorted(values)}
+            ordered = {**{c: values[c] for c in sorted(values)}, **node_vals}
             verdicts = judge(gated, Context(ordered, previous, t))
             holds = any(v.holds for v in verdicts)
             idle = not alarmed and (last_hold is None or t - last_hold > waits_max + 1.0)

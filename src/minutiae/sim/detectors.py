@@ -12,6 +12,7 @@ maintenance window does not drain (it still counts as an alarm).
 from __future__ import annotations
 
 import importlib
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -190,7 +191,10 @@ def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
         active = _Active()
         rates: dict[tuple[str, str], float] = {}
         i = 0
-        recheck = sorted(b + grace + 1.0 for b in ctx.ds.boots.get(node, ())) if grace > 0 else []
+        boots = ctx.ds.boots.get(node, [])
+        # at the first sample (every `interval` from the start) at or after the grace's end
+        recheck = sorted(ctx.ds.start + math.ceil((b + grace - ctx.ds.start) / interval) * interval
+                         for b in boots if grace > 0 and b + grace > ctx.ds.start)
         while i < len(rows) or recheck:
             changed: set[tuple[str, str]] = set()
             regroup = False
@@ -198,6 +202,10 @@ def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
             if recheck and (i >= len(rows) or recheck[0] < rows[i][0]):
                 t = recheck.pop(0)  # a boot grace ended: every port is judged again, by the
                 judged = graced     # rules with a grace (rates would see no time pass)
+            elif recheck and recheck[0] == rows[i][0]:
+                t = rows[i][0]      # a sample at that time: the ports it changed are applied
+                recheck.pop(0)      # first, then every port is judged by every rule
+                regroup = True
                 regroup = bool(files)
                 if not regroup:
                     continue
@@ -210,6 +218,8 @@ def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
                 changed.add((dev, port))
                 regroup |= counter == "rate"
                 i += 1
+            if any(b - REBOOT_S <= t < b for b in boots):
+                continue    # the node is down for a reboot: no agent reads its ports then
             # only the ports that changed can change their findings (all of them when a rate
             # changed: the rate rule compares a port with its node's other ports)
             ports = set(files) if regroup else changed
