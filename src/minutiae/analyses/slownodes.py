@@ -264,7 +264,7 @@ def _merge_nodes(findings: list[SlowFinding], gpus_per_node: dict[str, int],
         start = float(np.median([f.start for f in fs]))
         overlapping = [f for f in fs if f.start <= start + interval and f.end >= start]
         if len(overlapping) >= max(2, n / 2):
-            base = max(overlapping, key=lambda f: f.deficit)
+            base = max(overlapping, key=lambda f: (f.deficit, -(f.gpu or 0)))  # tie: lowest GPU
             merged = SlowFinding(
                 node=node, gpu=None, scope="node", metric="sm_clock",
                 deficit=float(np.median([f.deficit for f in overlapping])),
