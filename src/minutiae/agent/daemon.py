@@ -28,6 +28,7 @@ class AgentOptions:
     node: str | None = None
     domains: Mapping[str, str] = field(default_factory=dict)
     sysfs_root: str = "/sys"
+    proc_root: str | None = None  # None: /proc when sysfs_root is /sys (CheckConfig.uptime_root)
     kmsg: str | None = "/dev/kmsg"
     nvidia_smi_xml: str | None = None
     dcgm: str | None = None
@@ -57,7 +58,8 @@ def run_agent(o: AgentOptions) -> None:
                       nvidia_smi_xml=Path(o.nvidia_smi_xml) if o.nvidia_smi_xml else None,
                       dcgm=o.dcgm, expected_gpus=o.expected_gpus,
                       expected_driver=o.expected_driver, state_file=state / "check-state.json",
-                      node=node, use_nvml=o.use_nvml, checks=o.checks)
+                      node=node, use_nvml=o.use_nvml, checks=o.checks,
+                      proc_root=Path(o.proc_root) if o.proc_root else None)
     clock = SystemClock()
 
     def check() -> ReportLike:

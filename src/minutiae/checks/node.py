@@ -9,6 +9,9 @@ Sources are chosen by ``CheckConfig``; each check group becomes one ``CheckResul
 - ``kernel_log``: ``kmsg`` (a file, or ``/dev/kmsg``) through the kernel-log rules and the
   log-count engine rules, reading only what is new since the previous cycle.
 
+The node's uptime (``<proc_root>/uptime``) is fed to the counter rules as ``node.uptime_s`` (the
+boot grace of ``ib.port-down``); an uptime that cannot be read is a note and means no grace.
+
 A source that cannot be read makes its check UNKNOWN with the reason (never OK) and the others
 still run. What a cycle remembers for the next one (previous counter values for rates, the
 kernel-log cursor and its faults since boot, log-count engine state) is a ``CheckMemory``: kept
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minutiae.checks.counters import baseline_metrics, counter_rules
+from minutiae.checks.counters import UPTIME, baseline_metrics, counter_rules
 from minutiae.checks.node_checks import (
     check_gpu,
     check_ib,
@@ -33,7 +36,7 @@ from minutiae.checks.node_checks import (
 )
 from minutiae.checks.node_memory import CheckMemory
 from minutiae.clock import Clock
-from minutiae.errors import ConfigError, InputError
+from minutiae.errors import ConfigError, InputError, MinutiaeError
 from minutiae.model import Action, CheckResult, Finding, Observation, Severity, Status
 
 if TYPE_CHECKING:
@@ -44,6 +47,10 @@ COUNTER_TTL_S = 24 * 3600.0
 
 #: the check groups, in display order
 CHECKS = ("gpu", "ib", "pcie", "kernel_log")
+
+#: this machine's sysfs and procfs
+SYS = Path("/sys")
+PROC = Path("/proc")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +63,9 @@ class CheckConfig:
     ``checks`` limits the groups run (default: all of ``CHECKS``). ``ibstat`` (an ``ibstat`` or
     ``ibstatus`` capture) replaces sysfs for the IB check; ``nvlink_status`` (an ``nvidia-smi
     nvlink --status`` capture) adds NVLink link states to the GPU check, matched by UUID.
+    ``proc_root`` is where ``uptime`` is read (the boot grace of the counter rules); left None
+    it is ``/proc`` when ``sysfs_root`` is this machine's ``/sys`` and nowhere otherwise (a
+    captured sysfs tree is never judged with this machine's uptime): see ``uptime_root``.
     """
 
     sysfs_root: Path = Path("/sys")
@@ -72,6 +82,15 @@ class CheckConfig:
     nvml: NvmlApi | None = None
     checks: tuple[str, ...] = CHECKS
     year: int | None = None
+    proc_root: Path | None = None
+
+    @property
+    def uptime_root(self) -> Path | None:
+        """Where the uptime is read: ``proc_root``; else ``/proc`` when checking this machine
+        (``sysfs_root`` is ``/sys``); else None (no uptime, hence no boot grace)."""
+        if self.proc_root is not None:
+            return self.proc_root
+        return PROC if self.sysfs_root == SYS else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +100,9 @@ class NodeReport:
     ``status`` is the worst check status (CRITICAL > UNKNOWN > WARNING > OK: a known critical
     outranks "could not tell"); ``action`` is the largest action any finding needs (``none`` …
     ``inspect``); ``drain`` is true when that action is ``reset_gpu`` or more. ``observations``
-    are the raw values (for the agent's metrics); ``notes`` are non-fatal remarks (state file).
+    are the raw values (for the agent's metrics); ``notes`` are non-fatal remarks (state file,
+    uptime). ``uptime_s`` is the node's seconds since boot the counter rules saw (None: not
+    read, or unreadable — then no rule had a boot grace).
     """
 
     node: str
@@ -89,6 +110,7 @@ class NodeReport:
     results: tuple[CheckResult, ...]
     observations: tuple[Observation, ...] = ()
     notes: tuple[str, ...] = ()
+    uptime_s: float | None = None
 
     @property
     def status(self) -> Status:
@@ -125,6 +147,7 @@ class NodeReport:
             "reason": self.reason(),
             "checks": [r.to_json() for r in self.results],
             "notes": list(self.notes),
+            "uptime_s": self.uptime_s,
         }
 
 
@@ -155,7 +178,9 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
         groups["pcie"] = check_pcie(cfg.sysfs_root, now)
 
     all_obs = [o for obs, _, _ in groups.values() for o in obs]
-    extra = {"node": {"expected_gpus": cfg.expected_gpus, "expected_driver": cfg.expected_driver}}
+    uptime = _uptime(cfg.uptime_root, notes)
+    extra = {"node": {"expected_gpus": cfg.expected_gpus, "expected_driver": cfg.expected_driver,
+                      UPTIME: uptime}}
     node = cfg.node or os.uname().nodename.split(".")[0]
     # parsed rule catalogs are cached beside the state file (one-shot runs start faster)
     cache_dir = cfg.state_file.parent if cfg.state_file is not None else None
@@ -185,7 +210,20 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
             save_state(cfg.state_file, mem, now)
         except InputError as exc:
             notes.append(str(exc))
-    return NodeReport(node, now, tuple(results), tuple(all_obs), tuple(notes))
+    return NodeReport(node, now, tuple(results), tuple(all_obs), tuple(notes), uptime)
+
+
+def _uptime(root: Path | None, notes: list[str]) -> float | None:
+    """The node's uptime from ``<root>/uptime``; None (and a note) when it cannot be read."""
+    if root is None:
+        return None
+    from minutiae.sources.uptime import read_uptime
+
+    try:
+        return read_uptime(root)
+    except MinutiaeError as exc:  # unknown uptime is no boot grace (never "healthy")
+        notes.append(f"{exc}; no boot grace")
+        return None
 
 
 def reason_for(findings: Sequence[Finding]) -> str | None:

@@ -23,6 +23,9 @@ _STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown":
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.option("--sysfs-root", type=click.Path(path_type=Path), default=None,
               help="Root of a sysfs tree (default /sys): class/infiniband, bus/pci/devices.")
+@click.option("--proc-root", type=click.Path(path_type=Path), default=None,
+              help="Root of a procfs tree for uptime (boot grace of IB port rules); default /proc, "
+              "but none with --sysfs-root (a capture is never judged by this machine's uptime).")
 @click.option("--kmsg", type=click.Path(path_type=Path), default=None,
               help="Kernel log file to scan (default /dev/kmsg on this node).")
 @click.option("--nvidia-smi-xml", type=click.Path(path_type=Path), default=None,
@@ -47,7 +50,7 @@ _STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown":
               help="Comma-separated subset of gpu,ib,pcie,kernel_log (default: all).")
 @click.option("--year", type=int, default=None, help="Year for kernel-log timestamps without one.")
 def command(
-    as_json: bool, sysfs_root: Path | None, kmsg: Path | None, nvidia_smi_xml: Path | None,
+    as_json: bool, sysfs_root: Path | None, proc_root: Path | None, kmsg: Path | None, nvidia_smi_xml: Path | None,
     dcgm: str | None, nvlink_status: Path | None, ibstat: Path | None, expected_gpus: int | None, expected_driver: str | None, no_nvml: bool,
     state_file: Path | None, node: str | None, slurm: bool, slurm_conf: str | None, slurm_timeout: float,
     only: str | None, year: int | None,
@@ -66,6 +69,7 @@ def command(
         sysfs_root=sysfs_root or Path("/sys"), kmsg=kmsg_path, nvidia_smi_xml=nvidia_smi_xml,
         dcgm=dcgm, nvlink_status=nvlink_status, ibstat=ibstat, expected_gpus=expected_gpus, expected_driver=expected_driver,
         state_file=state_file, node=name, use_nvml=not no_nvml, year=year, checks=parse_checks(only),
+        proc_root=proc_root,
     )
     step = None
     if slurm:
