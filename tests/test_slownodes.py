@@ -184,3 +184,11 @@ def test_of_two_equally_long_episodes_the_earlier_is_reported() -> None:
     for _ in range(3):
         got = [f for f in analyse_telemetry(tel, fleet, jobs).findings if f.node == "gpu005"]
         assert [(f.gpu, f.start, f.duration_s) for f in got] == [(2, T0 + 10 * STEP, 40 * 60)]
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 500])
+def test_a_healthy_fleet_has_no_suspects(chunk_rows: int | None) -> None:
+    tel, fleet, jobs = fleet_telemetry()
+    healthy = ~pl.col("node").is_in(["gpu003", "gpu007", "gpu010", "gpu012", "gpu001"])
+    report = analyse_telemetry(tel.filter(healthy), fleet, jobs, chunk_rows=chunk_rows)
+    assert report.findings == () and report.nodes == 11 and report.gpus == 88 and report.warnings == ()

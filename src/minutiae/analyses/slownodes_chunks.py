@@ -158,7 +158,7 @@ def analyse_chunked(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
     findings: list[sn.SlowFinding] = []
     peer, sku = pl.concat(peer_st), pl.concat(sku_st)
     cand_nodes = sorted(cands.get_column("node").unique().to_list())
-    per_batch = len(cand_nodes) if chunk_rows is None else max(1, chunk_rows * n_nodes // tel.height)
+    per_batch = max(1, len(cand_nodes) if chunk_rows is None else chunk_rows * n_nodes // tel.height)
     for i in range(0, len(cand_nodes), per_batch):                   # pass 2, by node batches
         rows = (tel.filter(pl.col("node").cast(pl.String).is_in(cand_nodes[i:i + per_batch]))
                 .with_columns(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64))
