@@ -35,6 +35,8 @@ def _domains(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--domain", "domains", multiple=True,
               help="failure domain KEY=VALUE (rack=, leaf=, nvl_domain=); repeatable")
 @click.option("--sysfs-root", default="/sys", show_default=True)
+@click.option("--proc-root", default=None,
+              help="uptime for boot graces (default: /proc when --sysfs-root is /sys)")
 @click.option("--kmsg", default="/dev/kmsg", show_default=True, help="kernel log ('' to skip)")
 @click.option("--nvidia-smi-xml", default=None, help="nvidia-smi -q -x capture instead of NVML")
 @click.option("--dcgm", default=None, help="dcgm-exporter URL or file")
@@ -46,7 +48,7 @@ def _domains(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--cycles", type=int, default=None, help="stop after N runs (default: forever)")
 def command(controller: str | None, token_file: str | None, interval: float, state_dir: str,
             metrics_listen: str, node: str | None, domains: tuple[str, ...], sysfs_root: str,
-            kmsg: str, nvidia_smi_xml: str | None, dcgm: str | None, no_nvml: bool,
+            proc_root: str | None, kmsg: str, nvidia_smi_xml: str | None, dcgm: str | None, no_nvml: bool,
             expected_gpus: int | None, expected_driver: str | None, checks: str,
             cycles: int | None) -> None:
     """Run the node checks every --interval seconds, serve /metrics, push to the controller."""
@@ -62,6 +64,6 @@ def command(controller: str | None, token_file: str | None, interval: float, sta
     run_agent(AgentOptions(
         controller=controller, token=token, interval_s=interval, state_dir=state_dir,
         metrics_listen=metrics_listen, node=node, domains=_domains(domains),
-        sysfs_root=sysfs_root, kmsg=kmsg or None, nvidia_smi_xml=nvidia_smi_xml, dcgm=dcgm,
+        sysfs_root=sysfs_root, proc_root=proc_root, kmsg=kmsg or None, nvidia_smi_xml=nvidia_smi_xml, dcgm=dcgm,
         use_nvml=not no_nvml, expected_gpus=expected_gpus, expected_driver=expected_driver,
         checks=tuple(c.strip() for c in checks.split(",") if c.strip()), cycles=cycles))
