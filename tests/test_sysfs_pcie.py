@@ -111,3 +111,16 @@ def test_ib_device_pci_address_from_the_device_link(tmp_path: Path, realdata: Pa
     s = read_sysfs_ib(root)
     assert s.value("ib:mlx5_0/1", "pci") == "0000:1a:00.0"
     assert s.value("ib:mlx5_1/1", "pci") is None
+
+
+@pytest.mark.parametrize("digits", ["¹", "16²", "٣"])
+def test_non_ascii_digits_are_not_numbers(digits: str) -> None:
+    """str.isdigit() accepts superscripts and other scripts' digits that int() rejects (found by
+    hypothesis): they must read as non-numeric, never crash."""
+    b = SnapshotBuilder("fuzz")
+    parse_pcie_device(b, "0000:44:00.0", {"current_link_width": digits, "max_link_width": "16",
+                                         "aer_dev_fatal": f"TOTAL_ERR_FATAL {digits}"},
+                      "/sys/bus/pci/devices/0000:44:00.0")
+    snap = b.build()
+    assert snap.value("pcie:0000:44:00.0", "width") is None
+    assert snap.value("pcie:0000:44:00.0", "max_width") == 16

@@ -62,6 +62,11 @@ LABEL_FIELDS = {"DCGM_FI_DRIVER_VERSION": "driver_version", "DCGM_FI_DEV_VBIOS_V
                 "modelName": "name", "UUID": "uuid"}
 
 
+def _is_int(text: str) -> bool:
+    """ASCII digits only (str.isdigit() also accepts superscripts such as '¹')."""
+    return text.isascii() and text.isdigit()
+
+
 def _names(text: str) -> list[Sample]:
     """Samples with their exposition name (prometheus_client appends ``_total`` to counters)."""
     out: list[Sample] = []
@@ -109,7 +114,7 @@ def parse_dcgm(text: str, where: str = "dcgm-exporter") -> Snapshot:
             continue
         pci = normalize_pci(labels.get("pci_bus_id", "")) if labels.get("pci_bus_id") else None
         if pci is None:
-            dev = labels.get("device") or (f"nvidia{labels['gpu']}" if labels.get("gpu", "").isdigit() else "")
+            dev = labels.get("device") or (f"nvidia{labels['gpu']}" if _is_int(labels.get("gpu", "")) else "")
             if not dev:
                 b.problem("node", where, f"sample {s.name} has neither pci_bus_id nor gpu/device labels")
                 continue

@@ -127,7 +127,7 @@ def _number(text: str) -> float | None:
 
 def _integer(text: str) -> int | None:
     t = text.strip()
-    if len(t) in (2, 3) and t[0] == "P" and t[1:].isdigit():  # performance state "P0".."P15"
+    if len(t) in (2, 3) and t[0] == "P" and t[1:].isascii() and t[1:].isdigit():  # performance state "P0".."P15"
         return int(t[1:])
     v = to_int(text)
     if v is None:

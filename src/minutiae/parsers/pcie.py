@@ -62,7 +62,7 @@ def parse_aer(text: str) -> dict[str, int] | None:
         if not line.strip():
             continue
         name, _, count = line.strip().rpartition(" ")
-        if not name or not count.isdigit():
+        if not name or not (count.isascii() and count.isdigit()):
             return None
         out[name.strip()] = int(count)
     return out
@@ -97,7 +97,7 @@ def parse_pcie_device(b: SnapshotBuilder, address: str, files: Mapping[str, str 
     for attr, metric in (("current_link_width", "width"), ("max_link_width", "max_width")):
         text = files.get(attr)
         t = (text or "").strip()
-        if text is None or not t.isdigit():
+        if text is None or not (t.isascii() and t.isdigit()):
             b.problem(comp, f"{where}/{attr}", "unreadable" if text is None else f"not a lane count: {t[:40]!r}")
             continue
         b.add(comp, metric, int(t))

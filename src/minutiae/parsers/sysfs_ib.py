@@ -93,7 +93,7 @@ def parse_ib_port(
             b.problem(comp, f"{where}/{rel}", "unreadable")
             continue
         t = text.strip()
-        if not t.isdigit():
+        if not (t.isascii() and t.isdigit()):
             b.problem(comp, f"{where}/{rel}", f"not a non-negative integer: {t[:40]!r}")
             continue
         if len(t) > 20 or int(t) >= 1 << 64:

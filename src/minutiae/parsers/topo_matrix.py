@@ -150,7 +150,7 @@ def parse_topo_matrix(text: str, where: str | None = None) -> NodeTopology:
         numa_text = tail.get("NUMA_AFFINITY")
         if numa_text is None:
             missing.append(f"{col}: NUMA Affinity missing")
-        elif numa_text.isdigit():
+        elif numa_text.isascii() and numa_text.isdigit():
             numa = int(numa_text)
         elif numa_text.upper() != "N/A":
             notes.append(f"{col}: unreadable NUMA Affinity {numa_text!r}")

@@ -95,7 +95,7 @@ def read_sysfs_snapshot(sysfs_root: str | Path) -> SysfsTopoSnapshot:
         ports: dict[int, dict[str, str]] = {}
         pdir = dev / "ports"
         for p in sorted(pdir.iterdir()) if pdir.is_dir() else []:
-            if p.name.isdigit():
+            if p.name.isascii() and p.name.isdigit():
                 ports[int(p.name)] = {a: v for a in ("rate", "state", "phys_state", "link_layer")
                                       if (v := _read(p / a, unreadable)) is not None}
         device = dev / "device"
@@ -112,7 +112,7 @@ def read_sysfs_snapshot(sysfs_root: str | Path) -> SysfsTopoSnapshot:
     node_dir = root / "devices" / "system" / "node"
     for n in sorted(node_dir.glob("node[0-9]*")) if node_dir.is_dir() else []:
         v = _read(n / "cpulist", unreadable)
-        if v is not None and n.name[4:].isdigit():
+        if v is not None and n.name[4:].isascii() and n.name[4:].isdigit():
             numa[int(n.name[4:])] = v
     facts: dict[str, str] = {}
     drv = _read(root / "module" / "nvidia" / "version", unreadable)
