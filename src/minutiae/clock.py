@@ -31,3 +31,20 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+
+class ManualClock:
+    """A clock standing at ``t`` that moves only by ``sleep`` or by setting ``t``: how pure code
+    evaluates time-based rules at a given instant (a check cycle, a rule's example sequence)."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds

@@ -28,6 +28,7 @@ from minutiae.checks.counters import Context, CounterRule, Previous, Verdict, ju
 from minutiae.checks.engine import Engine
 from minutiae.checks.engine_rules import EngineRule
 from minutiae.checks.engine_state import EngineState, KeyState
+from minutiae.clock import ManualClock
 from minutiae.model import Finding, Observation
 from minutiae.model.findings import Scalar
 
@@ -54,22 +55,6 @@ class GateOutcome:
     findings: tuple[Finding, ...]
     pending: tuple[str, ...]
     state: EngineState
-
-
-class _At:
-    """The engine's clock for one cycle: the cycle's time, standing still."""
-
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
 
 
 def engine_rule(rule: CounterRule) -> EngineRule:
@@ -107,7 +92,7 @@ def gated_findings(rules: Sequence[CounterRule], verdicts: Sequence[Verdict], no
             ks = keys.pop(key)
             if ks.seen is not None and now - ks.seen <= ABSENT_TTL_S:
                 absent[(rid, key)] = ks
-    engine = Engine([engine_rule(r) for r in gated.values()], clock=_At(now), node=node, state=state)
+    engine = Engine([engine_rule(r) for r in gated.values()], clock=ManualClock(now), node=node, state=state)
     engine.observe([Observation(SOURCE, v.component, v.rule.id, int(v.holds), now) for v in mine])
     current: dict[tuple[str, str], Verdict] = {}
     for v in mine:

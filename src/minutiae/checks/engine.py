@@ -24,7 +24,7 @@ from typing import Any
 
 from minutiae.checks.engine_rules import EngineRule, Example
 from minutiae.checks.engine_state import MAX_SAMPLES, EngineState, KeyState
-from minutiae.clock import Clock
+from minutiae.clock import Clock, ManualClock
 from minutiae.model.findings import Condition, Finding, Observation, Scalar
 
 _PCI_IN = re.compile(r"([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
@@ -277,26 +277,10 @@ def _format(r: EngineRule, key: str, value: Any, flapping: bool) -> str:
     return text + (" (flapping)" if flapping else "")
 
 
-class _StepClock:
-    """A clock that only moves when told to (for running a rule's examples)."""
-
-    def __init__(self, start: float) -> None:
-        self.t = start
-
-    def now(self) -> float:
-        return self.t
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
-
-
 def run_example(rule: EngineRule, example: Example, start: float = 1_700_000_000.0) -> tuple[bool, bool]:
     """Feed a rule's example through a fresh engine, evaluating after every sample; returns
     (alarmed, flapping) for the example's component after the last sample."""
-    clock = _StepClock(start)
+    clock = ManualClock(start)
     boot = start + example.boot_at if example.boot_at is not None else None
     eng = Engine([rule], clock=clock, node="example", boot_time=boot)
     comp = example.component

@@ -12,24 +12,13 @@ from pathlib import Path
 from minutiae.errors import SourceUnavailable
 from minutiae.parsers.snapshot import Snapshot, SnapshotBuilder
 from minutiae.parsers.sysfs_ib import SOURCE, parse_ib_port
+from minutiae.sources.sysfs_read import read_attr
 
 PORT_FILES = ("state", "phys_state", "rate", "link_layer")
 DEVICE_FILES = ("hca_type", "fw_ver", "board_id")
 
 
-def _read(path: str) -> str | None:
-    # os.open/os.read: a text-mode file object costs ~4x more per small sysfs file (hundreds
-    # of counters per check); sysfs attributes are at most one page
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096).decode("utf-8", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+_read = read_attr
 
 
 def _listdir(path: str) -> list[str]:

@@ -9,24 +9,13 @@ from pathlib import Path
 from minutiae.errors import SourceUnavailable
 from minutiae.parsers.pcie import AER, ATTRS, SOURCE, parse_pcie_device
 from minutiae.parsers.snapshot import Snapshot, SnapshotBuilder
+from minutiae.sources.sysfs_read import read_attr
 
 #: vendors whose devices are checked by default: NVIDIA (GPU, NVSwitch) and Mellanox/NVIDIA NICs
 DEFAULT_VENDORS = frozenset({"0x10de", "0x15b3"})
 
 
-def _read(path: str) -> str | None:
-    # os.open/os.read: a text-mode file object costs ~4x more per small sysfs file (hundreds
-    # of counters per check); sysfs attributes are at most one page
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096).decode("utf-8", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+_read = read_attr
 
 
 def read_sysfs_pcie(
