@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from minutiae.checks.rule_tables import rule_tables
 from minutiae.errors import ConfigError
 from minutiae.model.findings import Scalar
 from minutiae.model.vocab import LOG_KINDS, Action, Severity
@@ -148,26 +149,8 @@ _LOG_RULE_KEYS = frozenset({
 
 def build_log_rules(doc: Mapping[str, Any], where: str = "kernel_log.toml") -> tuple[LogRule, ...]:
     """Validate a parsed kernel-log catalog; runs every example and counter-example."""
-    raw = doc.get("rule")
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"{where}: no [[rule]] tables")
     rules: list[LogRule] = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: rule #{i} is not a table")
-        rid = item.get("id")
-        if not isinstance(rid, str) or not re.fullmatch(r"[a-z0-9_.-]+", rid):
-            raise ConfigError(f"{where}: rule #{i}: id must match [a-z0-9_.-]+ (got {rid!r})")
-        if rid in seen:
-            raise _fail(where, rid, "duplicate id")
-        seen.add(rid)
-        unknown = set(item) - _LOG_RULE_KEYS
-        if unknown:
-            raise _fail(where, rid, f"unknown keys {sorted(unknown)}")
-        kind = item.get("kind")
-        if not isinstance(kind, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", kind):
-            raise _fail(where, rid, f"kind must be a lower-case identifier (got {kind!r})")
+    for rid, kind, item in rule_tables(doc, where, _LOG_RULE_KEYS):
         keywords = _strings(where, rid, item.get("keywords"), "keywords")
         if not keywords or any(not k for k in keywords):
             raise _fail(where, rid, "keywords must list at least one non-empty literal")

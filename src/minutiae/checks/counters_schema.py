@@ -7,7 +7,6 @@ whose examples do not behave as written does not load.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from minutiae.checks.counters import (
     judge,
 )
 from minutiae.checks.engine_rules import parse_toml
+from minutiae.checks.rule_tables import rule_tables
 from minutiae.errors import ConfigError
 from minutiae.model import Action, Severity
 from minutiae.parsers.nvidia_smi_common import REASONS
@@ -78,24 +78,8 @@ def build_rules(doc: Mapping[str, Any], where: str = "counters.toml", *,
                 examples: bool = True) -> tuple[CounterRule, ...]:
     """Validate a parsed counters catalog and run every rule's examples (``examples=False``:
     only for a document whose examples already passed, i.e. read back from the cache)."""
-    raw = doc.get("rule")
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"{where}: no [[rule]] tables")
     rules: list[CounterRule] = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: rule #{i} is not a table")
-        rid = item.get("id")
-        if not isinstance(rid, str) or not re.fullmatch(r"[a-z0-9_.-]+", rid) or rid in seen:
-            raise ConfigError(f"{where}: rule #{i}: id must be a unique [a-z0-9_.-]+ (got {rid!r})")
-        seen.add(rid)
-        unknown = set(item) - _KEYS
-        if unknown:
-            raise _fail(where, rid, f"unknown keys {sorted(unknown)}")
-        kind = item.get("kind")
-        if not isinstance(kind, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", kind):
-            raise _fail(where, rid, f"kind must be a lower-case identifier (got {kind!r})")
+    for rid, kind, item in rule_tables(doc, where, _KEYS):
         comp = item.get("component")
         if comp not in COMPONENTS:
             raise _fail(where, rid, f"component must be one of {sorted(COMPONENTS)}")

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from minutiae.checks.rule_tables import rule_tables
 from minutiae.errors import ConfigError
 from minutiae.model.vocab import Action, Severity
 
@@ -145,30 +146,12 @@ def _example(where: str, rid: str, raw: Any) -> Example:
 
 def build_engine_rules(doc: Mapping[str, Any], where: str) -> tuple[EngineRule, ...]:
     """Validate parsed TOML (``[[rule]]`` tables) into engine rules; ConfigError names the rule."""
-    raw = doc.get("rule", [])
-    if not isinstance(raw, list):
-        raise ConfigError(f"{where}: 'rule' must be an array of tables ([[rule]])")
     out: list[EngineRule] = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: rule #{i} is not a table")
-        rid = item.get("id")
-        if not isinstance(rid, str) or not re.fullmatch(r"[a-z0-9_.-]+", rid):
-            raise ConfigError(f"{where}: rule #{i}: id must match [a-z0-9_.-]+ (got {rid!r})")
-        if rid in seen:
-            raise ConfigError(f"{where}: rule {rid!r}: duplicate id")
-        seen.add(rid)
+    for rid, kind, item in rule_tables(doc, where, _KEYS, required=False):
 
         def bad(msg: str, rid: str = rid) -> ConfigError:
             return ConfigError(f"{where}: rule {rid!r}: {msg}")
 
-        unknown = set(item) - _KEYS
-        if unknown:
-            raise bad(f"unknown keys {sorted(unknown)}")
-        kind = item.get("kind")
-        if not isinstance(kind, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", kind):
-            raise bad(f"kind must be a lower-case identifier (got {kind!r})")
         on = item.get("on", "observation")
         if on not in ("observation", "finding"):
             raise bad(f"on must be 'observation' or 'finding' (got {on!r})")
