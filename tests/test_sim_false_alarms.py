@@ -44,3 +44,12 @@ def test_ib_ports_settling_after_a_boot_are_not_alarms(scored: tuple[Path, dict]
     assert "boot_settle" not in ib["false_alarm_causes"]
     assert "planned_reboot" not in ib["false_alarm_causes"]
     assert ib["drains"]["repeat"] == 0
+
+
+def test_nic_slot_power_boot_line_is_not_an_alarm(scored: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+    out, result = scored
+    lines = sum(p.read_text(errors="replace").count("Detected insufficient power on the PCIe slot")
+                for p in (out / "nodes").glob("*/kern.log"))
+    assert lines > 16  # one per boot of every node, more with the reboots
+    assert "boot_settle" not in result["per_detector"]["kernel_log"]["false_alarm_causes"]
+    assert "boot_settle" not in result["overall"]["false_alarm_causes"]
