@@ -41,7 +41,6 @@ from minutiae.sim.detectors_node import (  # noqa: F401 - re-exported
 from minutiae.sim.score import Detection
 from minutiae.sources.sim_dataset import (
     Dataset,
-    read_runs,
     read_timings,
 )
 
@@ -104,16 +103,18 @@ def _slownodes(ctx: Context) -> tuple[list[Detection], list[str], int]:
 # ------------------------------------------------------------------ regressions (runs.csv)
 def _regress(ctx: Context) -> tuple[list[Detection], list[str], int]:
     from minutiae.analyses.regress import find_change_points
+    from minutiae.sources.runs_file import load_history
 
-    load = read_runs(ctx.ds.root / "runs.csv")
-    notes = [str(i) for i in load.issues]
+    # the one reader of runs.csv: joins jobs.csv beside it and cleans, as `minutiae regress` does
+    hist = load_history(runs=ctx.ds.root / "runs.csv")
+    notes = [str(i) for i in hist.issues]
     out = []
-    for cp in find_change_points(load.records):
+    for cp in find_change_points(hist.runs):
         if cp.change <= 0:
             continue
         out.append(Detection("regress", None, float(cp.time), "regression", Severity.WARNING, False, None,
                              f"{cp.signature}: {cp.change:+.1%} from run {cp.run_id}"))
-    return out, notes, len(load.records)
+    return out, notes, len(hist.runs)
 
 
 DETECTORS: tuple[DetectorSpec, ...] = (

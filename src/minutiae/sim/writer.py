@@ -197,6 +197,9 @@ def _write_jobs(plan: Plan, out: Path, by_node: dict[str, list[TruthEvent]], cou
             for a in SOFTWARE:
                 vals = [plan.fleet.version_at(node_of[n], a, j.start) for n in j.nodes]
                 versions.append(max(set(vals), key=vals.count))
-            rw.writerow([j.job_id, f"{j.start:.0f}", j.signature, f"{sps:.5f}", *versions, len(j.nodes)])
+            # runs are only comparable at the same scale: the signature carries the world size and
+            # layout (nodes x ranks per node), e.g. llama-70b-bf16-ws64-8x8
+            run_sig = f"{j.signature}-ws{len(j.nodes) * g}-{len(j.nodes)}x{g}"
+            rw.writerow([j.job_id, f"{j.start:.0f}", run_sig, f"{sps:.5f}", *versions, len(j.nodes)])
             progress("jobs", k + 1, total)
 
