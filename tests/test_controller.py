@@ -174,7 +174,8 @@ def test_pending_actions_are_finished_once_after_a_crash(tmp_path):
     for n in names:
         ctl.ingest(report(n, [XID79] if n in ("gpu001", "gpu002", "gpu003") else (),
                           rack=f"r{n}"))
-    views = {n: NodeView(n, r, backend.state(n), ctl._domains[n]) for n, r in ctl._reports.items()}
+    views = {n: NodeView(n, r, backend.state(n), ctl.intake.domains[n])
+             for n, r in ctl.intake.reports.items()}
     plan = reconcile(FleetState(views, ctl.memory, "slurm"), ACT, clock.now())
     assert [d.node for d in plan.acting()] == ["gpu001", "gpu002", "gpu003"]
     ids = store.begin_batch(plan.memory, ctl.memory, plan.decisions, False)
@@ -267,11 +268,11 @@ def test_reports_survive_a_restart_with_their_arrival_time(tmp_path):
     ctl.step()                                    # written behind at the step
     clock.advance(50)
     ctl2 = Controller(Store(tmp_path / "r.db"), backend, ACT, clock)
-    assert ctl2._reports["gpu001"].time == rep.time
-    assert [f.code for f in ctl2._reports["gpu001"].findings] == [79]
+    assert ctl2.intake.reports["gpu001"].time == rep.time
+    assert [f.code for f in ctl2.intake.reports["gpu001"].findings] == [79]
     older = {**report("gpu001"), "agent": {"age_s": 120.0}}      # from an outbox: older
     ctl2.ingest(older)
-    assert ctl2._reports["gpu001"].findings                      # the newer one is kept
+    assert ctl2.intake.reports["gpu001"].findings                      # the newer one is kept
 
 
 def test_controller_metrics_count_reports_refusals_and_health(world):
@@ -293,5 +294,7 @@ def test_openapi_documents_every_endpoint(world):
     assert {"/v1/reports", "/v1/timings", "/v1/pause", "/v1/unpause", "/v1/status", "/v1/nodes",
             "/v1/nodes/{node}/explain", "/v1/audit"} <= set(spec["paths"])
     body = spec["paths"]["/v1/reports"]["post"]["requestBody"]["content"]["application/json"]
-    assert body["schema"]["$ref"].endswith("/ReportIn")
+    assert [s["$ref"].rsplit("/", 1)[1] for s in body["schema"]["oneOf"]] == ["ReportIn",
+                                                                              "HeartbeatIn"]
+    assert spec["components"]["schemas"]["HeartbeatIn"]["required"] == ["node", "digest"]
     assert "findings" in spec["components"]["schemas"]["CheckIn"]["properties"]

@@ -3,12 +3,20 @@ keeps reports (in memory and on disk) while the controller is away.
 
 Reports go oldest first; each carries ``agent.age_s`` (how long it waited, by the agent's own
 clock) so the controller dates it correctly and never takes an old report for a fresh one.
-A report the controller refuses as invalid (4xx other than 401/429) is dropped and counted; a
-refused token (401) or anything else keeps it and backs off.
+A report the controller refuses as invalid (4xx other than 401/409/429) is dropped and counted;
+a refused token (401) or anything else keeps it and backs off.
+
+Unchanged verdicts are sent as heartbeats: the controller answers a full report with a
+``digest`` of its content; while the agent's next reports have the same content (everything
+but ``time`` and ``agent``), it sends ``{"node", "digest", "agent"}`` instead, and the
+controller only refreshes the node's report time. A 409 (the controller does not have that
+report: restarted from an older store, say) makes the agent send the full report at once. A
+controller that returns no digest always gets full reports.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import ssl
@@ -24,8 +32,9 @@ from minutiae.clock import Clock
 
 
 class Transport(Protocol):
-    def post(self, url: str, json: Any, headers: Mapping[str, str]) -> int:
-        """POST and return the HTTP status; raise ``httpx.HTTPError`` when unreachable."""
+    def post(self, url: str, json: Any, headers: Mapping[str, str]) -> tuple[int, Any]:
+        """POST; return the HTTP status and the answer's JSON (None when it is not JSON);
+        raise ``httpx.HTTPError`` when unreachable."""
         ...
 
 
@@ -37,8 +46,13 @@ class HttpxTransport:
                                          else True)
         self.client = httpx.Client(timeout=timeout_s, verify=verify)
 
-    def post(self, url: str, json: Any, headers: Mapping[str, str]) -> int:
-        return self.client.post(url, json=json, headers=dict(headers)).status_code
+    def post(self, url: str, json: Any, headers: Mapping[str, str]) -> tuple[int, Any]:
+        r = self.client.post(url, json=json, headers=dict(headers))
+        try:
+            answer = r.json()
+        except ValueError:
+            answer = None
+        return r.status_code, answer
 
 
 @dataclass
@@ -93,6 +107,13 @@ class Outbox:
         return None
 
 
+def content_key(report: Mapping[str, Any]) -> str:
+    """What a heartbeat stands for: the report without ``time``, ``agent`` and ``digest``."""
+    content = {k: v for k, v in report.items() if k not in ("time", "agent", "digest")}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
 class Pusher:
     def __init__(self, url: str, token: str, clock: Clock, transport: Transport | None = None,
                  *, retries: int = 2, backoff_s: float = 0.5, max_backoff_s: float = 300.0) -> None:
@@ -105,22 +126,22 @@ class Pusher:
         self.max_backoff_s = max_backoff_s
         self.failures = 0
         self.next_try = 0.0
+        #: (content key, digest) of the last full report the controller acknowledged
+        self.ack: tuple[str, str] | None = None
 
-    def _post(self, body: dict[str, Any]) -> int:
+    def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
         """Status code, after up to ``retries`` retries with doubling backoff on network errors
         and 5xx/429. Raises the last network error."""
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
             try:
-                code = self.transport.post(self.url, body, self.headers)
+                code, answer = self.transport.post(self.url, body, self.headers)
             except httpx.HTTPError:
                 if attempt == self.retries:
                     raise
             else:
-                if code < 500 and code != 429:
-                    return code
-                if attempt == self.retries:
-                    return code
+                if (code < 500 and code != 429) or attempt == self.retries:
+                    return code, answer
             self.clock.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
@@ -139,13 +160,23 @@ class Pusher:
             agent = dict(body.get("agent", {}))
             agent["age_s"] = max(0.0, self.clock.now() - float(agent.get("created", now)))
             body["agent"] = agent
+            key = content_key(body)
+            beat = self.ack is not None and self.ack[0] == key
+            if beat and self.ack is not None:
+                body = {"node": body.get("node"), "digest": self.ack[1], "agent": agent}
             try:
-                code = self._post(body)
+                code, answer = self._post(body)
             except httpx.HTTPError as exc:
                 return self._fail(res, f"{self.url}: {type(exc).__name__}: {exc}")
             if 200 <= code < 300:
                 outbox.items.popleft()
                 res.sent += 1
+                if not beat:
+                    digest = answer.get("digest") if isinstance(answer, dict) else None
+                    self.ack = (key, digest) if isinstance(digest, str) else None
+                continue
+            if code == 409 and beat:   # the controller lacks that report: send it in full
+                self.ack = None
                 continue
             if code in (401, 403):
                 return self._fail(res, f"{self.url}: token refused (HTTP {code})")

@@ -22,8 +22,9 @@ from pydantic import BaseModel, Field
 
 from minutiae import __version__
 from minutiae.actions.base import make_reason, validate_node
+from minutiae.controller.fastpath import FastPath, Receive, Scope, Send, status_for
 from minutiae.controller.service import Controller
-from minutiae.errors import AuthError, BackendError, DataError, MinutiaeError, ValidationError
+from minutiae.errors import DataError, MinutiaeError, ValidationError
 
 MAX_BODY = 1 << 20
 MIN_GAP_S = 0.05
@@ -64,6 +65,17 @@ class ReportIn(BaseModel):
     agent: dict[str, Any] = {}
 
 
+class HeartbeatIn(BaseModel):
+    """An unchanged-report heartbeat: the agent's verdict is the one the controller
+    acknowledged with ``digest``; only the node's report time is refreshed. 409 when the digest
+    is not the node's current one (the agent then sends the full report)."""
+
+    node: str = Field(examples=["gpu017"])
+    digest: str = Field(pattern="^[0-9a-f]{32}$", description="the `digest` of the 202 answer "
+                        "to this node's last full report")
+    agent: dict[str, Any] = Field({}, examples=[{"version": "0.1.0", "seq": 43, "age_s": 0.0}])
+
+
 class StepTiming(BaseModel):
     step: int
     seconds: float = Field(ge=0)
@@ -82,7 +94,25 @@ class PauseIn(BaseModel):
     reason: str = Field(examples=["firmware rollout on rack r03"])
 
 
-def make_app(controller: Controller, token: str, loop_interval: float | None = None) -> FastAPI:
+class ControllerApp(FastAPI):
+    """FastAPI behind the ingest fast path (``minutiae.controller.fastpath``): the hot
+    endpoints are answered before the framework's middleware and routing, everything else
+    (and ``lifespan``) goes to FastAPI."""
+
+    fast: FastPath | None = None
+
+    async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.fast is None:
+            await super().__call__(scope, receive, send)
+        else:
+            await self.fast(scope, receive, send)
+
+
+def make_app(controller: Controller, token: str,
+             loop_interval: float | None = None) -> ControllerApp:
     """The app. With ``loop_interval`` the reconcile loop runs in a thread for the app's life."""
     expected = f"Bearer {token}".encode()
     reg = CollectorRegistry()
@@ -127,11 +157,11 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
         if t is not None:
             t.join(timeout=10)
 
-    app = FastAPI(title="minutiae controller", version=__version__, lifespan=lifespan,
-                  description="Fleet health reports in, safe drains/resumes out. "
-                              "See docs/controller.md.")
+    app = ControllerApp(title="minutiae controller", version=__version__, lifespan=lifespan,
+                        description="Fleet health reports in, safe drains/resumes out. "
+                                    "See docs/controller.md.")
 
-    def auth(request: Request) -> None:
+    async def auth(request: Request) -> None:
         got = request.headers.get("authorization", "").encode()
         if not hmac.compare_digest(got, expected):
             m_refused.labels("token").inc()
@@ -140,40 +170,45 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
 
     @app.exception_handler(MinutiaeError)
     async def _minutiae_error(request: Request, exc: MinutiaeError) -> JSONResponse:
-        code = 401 if isinstance(exc, AuthError) else 404 if isinstance(exc, BackendError) \
-            else 422
         m_refused.labels(type(exc).__name__).inc()
-        return JSONResponse({"detail": str(exc)}, status_code=code)
+        return JSONResponse({"detail": str(exc)}, status_code=status_for(exc))
 
-    @app.middleware("http")
-    async def _limit(request: Request, call_next: Any) -> Any:
-        cl = request.headers.get("content-length")
-        if cl is not None and cl.isdigit() and int(cl) > MAX_BODY:
-            m_refused.labels("too_large").inc()
-            return JSONResponse({"detail": f"body over {MAX_BODY} bytes"}, status_code=413)
-        return await call_next(request)
-
-    @app.post("/v1/reports", status_code=202, dependencies=[Depends(auth)],
-              summary="An agent's report (verdict + findings) for one node",
-              openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": {"$ref": "#/components/schemas/ReportIn"}}}}})
-    async def post_report(request: Request) -> dict[str, Any]:
-        """Validated by ``minutiae.controller.wire`` (the schema above documents it): one
-        parse of the body instead of pydantic's plus ours, on the hottest endpoint."""
-        raw = await request.body()
+    def ingest_report(raw: bytes) -> tuple[int, dict[str, Any]]:
+        """One parse of the body, validated by ``minutiae.controller.wire``; or a heartbeat
+        ``{"node", "digest", "agent"}`` for an unchanged verdict (``controller.intake``)."""
         try:
             body = json.loads(raw)
         except ValueError as exc:
             raise DataError(f"body is not JSON: {exc}", "report") from None
-        rep = controller.ingest(body, raw)
+        rep, digest = controller.ingest_digest(body, raw)
         m_reports.inc()
-        return {"node": rep.node, "accepted": True, "received": rep.time}
+        return 202, {"node": rep.node, "accepted": True, "received": rep.time, "digest": digest}
+
+    def echo_body(raw: bytes) -> tuple[int, dict[str, Any]]:
+        return 200, {"accepted": True, "bytes": len(raw)}
+
+    # the hot path: token, body limit, validation and ingest without the framework's routing
+    app.fast = FastPath(app.framework, token=token, max_body=MAX_BODY,
+                        handlers={"/v1/reports": ingest_report, "/v1/echo": echo_body},
+                        refused=lambda why: m_refused.labels(why).inc())
+
+    @app.post("/v1/reports", status_code=202, dependencies=[Depends(auth)],
+              summary="An agent's report (verdict + findings) for one node",
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": {"oneOf": [
+                      {"$ref": "#/components/schemas/ReportIn"},
+                      {"$ref": "#/components/schemas/HeartbeatIn"}]}}}}})
+    async def post_report(request: Request) -> JSONResponse:
+        """Answered by the ASGI fast path (``minutiae.controller.fastpath``) with the same
+        checks; this route documents it (the schema above) and calls the same handler."""
+        code, out = ingest_report(await request.body())
+        return JSONResponse(out, status_code=code)
 
     @app.post("/v1/echo", dependencies=[Depends(auth)], include_in_schema=False)
     async def echo(request: Request) -> dict[str, Any]:
-        """Benchmark baseline: the same server, route and token check; the body is read but
-        neither parsed nor validated, and the controller is not involved."""
-        return {"accepted": True, "bytes": len(await request.body())}
+        """Benchmark baseline: the same server, fast path and token check; the body is read
+        but neither parsed nor validated, and the controller is not involved."""
+        return echo_body(await request.body())[1]
 
     @app.post("/v1/timings", status_code=202, dependencies=[Depends(auth)],
               summary="Step timings of a running job")
@@ -243,9 +278,10 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
             spec = get_openapi(title=app.title, version=app.version,
                                description=app.description, routes=app.routes)
             schemas = spec.setdefault("components", {}).setdefault("schemas", {})
-            report = ReportIn.model_json_schema(ref_template="#/components/schemas/{model}")
-            schemas.update(report.pop("$defs", {}))
-            schemas["ReportIn"] = report
+            for model in (ReportIn, HeartbeatIn):
+                sch = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(sch.pop("$defs", {}))
+                schemas[model.__name__] = sch
             app.openapi_schema = spec
         return app.openapi_schema
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from minutiae.actions.base import NodeSchedState, NodeState, SchedulerBackend, validate_node
 from minutiae.clock import Clock
 from minutiae.errors import BackendError, ConfigError
@@ -17,6 +19,10 @@ class DryRunBackend:
 
     def state(self, node: str) -> NodeState:
         return NodeState(validate_node(node), NodeSchedState.AVAILABLE)
+
+    def states(self, nodes: Sequence[str]) -> dict[str, NodeState]:
+        """Bulk ``state`` (the controller reads every node's state once per TTL)."""
+        return {n: NodeState(validate_node(n), NodeSchedState.AVAILABLE) for n in nodes}
 
     def drain(self, node: str, reason: str) -> None:
         raise BackendError("dry-run backend: refusing to drain (no scheduler configured)")

@@ -54,4 +54,7 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     mode = "DRY-RUN (nothing reaches the scheduler)" if controller.dry_run else "ACTING"
     print(f"minutiae serve: {mode}; backend {be.name}; policy {policy.source}; "
           f"store {db}; http://{host}:{port}", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    # httptools + uvloop when installed (they are dependencies), no access log, no proxy-header
+    # rewriting (client addresses are not used), no Server header
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                proxy_headers=False, server_header=False, http="auto", loop="auto")

@@ -9,16 +9,16 @@ interval, so a crash loses at most one report per node, never an action).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from minutiae.actions.base import NodeSchedState, NodeState, SchedulerBackend
 from minutiae.clock import Clock
 from minutiae.controller.backtest_record import ReportRecorder
+from minutiae.controller.intake import Intake
 from minutiae.controller.notify_base import Notifier
 from minutiae.controller.policy import Policy
 from minutiae.controller.reconcile import assess, reconcile, with_pause
@@ -34,9 +34,7 @@ from minutiae.controller.state import (
 )
 from minutiae.controller.store import DONE, DRY_RUN, FAILED, AuditRow, Store
 from minutiae.controller.views import explain_view, status_view
-from minutiae.controller.wire import report_from_json
 from minutiae.errors import BackendError, BackendUnavailable, MinutiaeError
-from minutiae.model import Status
 
 REMEDIATION_KEY = "remediation"
 _BUSY = (NodeSchedState.DRAINED, NodeSchedState.DRAINING)
@@ -69,24 +67,14 @@ class Controller:
         self.wake = threading.Event()
         self._lock = threading.Lock()        # reports and counters
         self._mem_lock = threading.RLock()   # memory (step vs pause/unpause)
-        self._reports: dict[str, Report] = {}
-        self._raw: dict[str, Mapping[str, Any]] = {}
-        self._raw_text: dict[str, bytes | None] = {}
+        self.intake = Intake(clock.now, self._lock, self.counters, recorder)
         self._views: dict[str, NodeView] = {}
-        self._domains: dict[str, dict[str, str]] = {}
-        self._dirty: set[str] = set()
         self._sched: dict[str, tuple[NodeState | None, float]] = {}
+        self._all_at = float("-inf")     # last time every node's scheduler state was read
+        self._touched: set[str] = set()  # acted on: re-read at the next step
         self.last_step: float | None = None
-        for node, received, raw, domains in store.load_reports():
-            try:
-                body = json.loads(raw)
-                rep, dom = report_from_json(body, received)
-            except (MinutiaeError, ValueError) as exc:
-                self.problem(f"stored report of {node} unreadable, ignored: {exc}")
-                continue
-            rep = replace(rep, time=received)  # as dated when it arrived (age already applied)
-            self._reports[node], self._raw[node] = rep, body
-            self._domains[node] = dom or json.loads(domains)
+        for line in self.intake.load(store.load_reports()):
+            self.problem(line)
         self.memory: ControllerMemory = store.load_memory()
         self._overlay: dict[str, NodeState] = {
             n: NodeState(n, NodeSchedState.DRAINED, reason=r, ours=True)
@@ -106,41 +94,34 @@ class Controller:
         """Validate and keep one agent report; wakes the loop only when the report changes
         what the node looks like to the policy (status or findings), so a fleet of steadily
         warning nodes does not keep the loop busy. ``raw`` (the request body) is stored as is."""
-        try:
-            rep, domains = report_from_json(body, self.clock.now())
-        except MinutiaeError:
-            with self._lock:
-                self.counters.rejected += 1
-            raise
-        with self._lock:
-            prev = self._reports.get(rep.node)
-            self.counters.reports += 1
-            if prev is not None and prev.time > rep.time:
-                return rep  # an older report (from an agent's outbox): history, not state
-            self._reports[rep.node] = rep
-            self._raw[rep.node] = body
-            self._raw_text[rep.node] = raw
-            if domains:
-                self._domains[rep.node] = domains
-            else:
-                self._domains.setdefault(rep.node, {})
-            self._dirty.add(rep.node)
-        if self.recorder is not None:
-            self.recorder.record(rep, body)
-        if prev is None or _signature(prev) != _signature(rep):
+        return self.ingest_digest(body, raw)[0]
+
+    def ingest_digest(self, body: Mapping[str, Any], raw: bytes | None = None
+                      ) -> tuple[Report, str | None]:
+        """:meth:`ingest` for the API: a heartbeat (``digest`` and no ``status``) re-dates the
+        node's report (see ``minutiae.controller.intake``); returns the report and the digest
+        the agent may send next time."""
+        if isinstance(body, Mapping) and "digest" in body and "status" not in body \
+                and "checks" not in body:
+            rep = self.intake.heartbeat(body)
+            return rep, str(body["digest"])
+        rep, digest, changed = self.intake.ingest(body, raw)
+        if changed:
             self.wake.set()
-        return rep
+        return rep, digest
+
+    @property
+    def _reports(self) -> dict[str, Report]:
+        return self.intake.reports
 
     # ---- scheduler states ----------------------------------------------------------------
-    def _states(self, nodes: Sequence[str], interesting: set[str], now: float
+    def _states(self, nodes: Collection[str], interesting: set[str], now: float
                 ) -> dict[str, NodeState | None]:
-        """Scheduler states: interesting nodes (findings, not OK, remembered) are re-read every
-        step, the others when their cached state is older than ``sched_ttl_s``. Uses the
-        backend's bulk ``states(nodes)`` when it has one. A node whose state could not be read
-        is None (reconcile never acts on it)."""
-        need = [n for n in nodes if n in interesting or now - self._sched.get(
-            n, (None, float("-inf")))[1] >= self.sched_ttl_s]
+        """Scheduler states of ``nodes`` (read with the backend's bulk ``states(nodes)`` when
+        it has one) → state, or None for an interesting node whose state could not be read
+        (reconcile never acts on it; others keep their cached state)."""
         failed: set[str] = set()
+        need = list(nodes)
         if need:
             bulk = getattr(self.backend, "states", None)
             if callable(bulk):
@@ -175,7 +156,7 @@ class Controller:
                         self._sched[n] = (None, now)
                         failed.add(n)
         out: dict[str, NodeState | None] = {}
-        for n in nodes:
+        for n in need:
             cached = self._sched.get(n)
             st = None if (n in failed and n in interesting) or cached is None else cached[0]
             if self.dry_run and n in self._overlay and st is not None and (
@@ -186,30 +167,37 @@ class Controller:
 
     # ---- one step ------------------------------------------------------------------------
     def step(self) -> Plan:
-        """Flush reports, reconcile, audit, act, notify. Never raises for a scheduler problem."""
+        """Flush reports, reconcile, audit, act, notify. Never raises for a scheduler problem.
+
+        Cost grows with what changed, not with the fleet: views are rebuilt for nodes whose
+        report changed or whose scheduler state was re-read; scheduler states are re-read
+        every step for interesting nodes (findings, not OK, remembered, just acted on) and for
+        every node once per ``sched_ttl_s``."""
         self.retry_pending()
         now = self.clock.now()
-        with self._lock:
-            reports = dict(self._reports)
-            domains = dict(self._domains)
-            dirty = [(n, reports[n].time, _text(self._raw_text.get(n), self._raw[n]),
-                      json.dumps(domains[n])) for n in self._dirty]
-            self._dirty.clear()
+        batch = self.intake.take()
         try:
-            self.store.save_reports(dirty)
+            self.store.save_reports(batch.rows, batch.beats)
         except MinutiaeError as exc:
-            self.problem(f"could not save {len(dirty)} reports: {exc}")
+            self.problem(f"could not save {len(batch.rows) + len(batch.beats)} reports: {exc}")
+            self.intake.give_back(batch)
+        reports = batch.reports
         with self._mem_lock:
             mem = self.memory
-            interesting = {n for n, r in reports.items()
-                           if r.findings or r.status is not Status.OK} | set(mem.nodes)
-            states = self._states(sorted(reports), interesting, now)
+            interesting = set(batch.interesting) | set(mem.nodes)
+            if now - self._all_at >= self.sched_ttl_s:
+                want: Collection[str] = sorted(reports)
+                self._all_at = now
+            else:
+                touched, self._touched = self._touched, set()
+                want = sorted(n for n in interesting | touched | {
+                    n for n in batch.changed if n not in self._sched} if n in reports)
+            states = self._states(want, interesting, now)
             views = self._views
-            for n, r in reports.items():  # rebuild only the views that changed
+            for n in batch.changed | states.keys():  # rebuild only the views that changed
                 v = views.get(n)
-                st = states[n]
-                if v is None or v.report is not r or v.sched is not st:
-                    views[n] = NodeView(n, r, st, domains.get(n, {}))
+                st = states.get(n, v.sched if v is not None else None)
+                views[n] = NodeView(n, reports[n], st, batch.domains.get(n, {}))
             plan = reconcile(FleetState(dict(views), mem, self.scheduler), self.policy, now)
             ids = self.store.begin_batch(plan.memory, mem, plan.decisions, self.dry_run)
             self.memory = plan.memory
@@ -234,6 +222,7 @@ class Controller:
         return plan
 
     def _execute(self, d: Decision, audit_id: int, sched: NodeState | None) -> None:
+        self._touched.add(d.node)
         if self.dry_run:
             jobs = sched.jobs if sched else ()
             if d.action is Verb.DRAIN:
@@ -326,7 +315,7 @@ class Controller:
         now = self.clock.now()
         with self._lock:
             reports = dict(self._reports)
-            domains = dict(self._domains)
+            domains = dict(self.intake.domains)
         mem = self.memory
         rows = []
         for n in sorted(reports):
@@ -372,18 +361,3 @@ class Controller:
             rep = self._reports.get(node)
         return explain_view(node, rows.get(node, {"node": node}), history,
                             assess(rep, self.policy, self.clock.now()))
-
-
-def _signature(r: Report) -> tuple[object, ...]:
-    """What the policy can see of a report, minus its time."""
-    return (r.status, r.unknown, tuple((f.kind, f.code, f.severity, f.action, f.component,
-                                        f.pci) for f in r.findings))
-
-
-def _text(raw: bytes | None, body: Mapping[str, Any]) -> str:
-    if raw is not None:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-    return json.dumps(body)

@@ -111,14 +111,19 @@ class Store:
             self._local.conn = None
 
     # ---- reports -------------------------------------------------------------------------
-    def save_reports(self, rows: Iterable[tuple[str, float, str, str]]) -> None:
-        """Upsert (node, received, report JSON, domains JSON) rows in one transaction."""
-        rows = list(rows)
-        if rows:
-            self._tx(lambda c: c.executemany(
-                "INSERT INTO nodes(node, received, report, domains) VALUES(?,?,?,?) "
-                "ON CONFLICT(node) DO UPDATE SET received=excluded.received, "
-                "report=excluded.report, domains=excluded.domains", rows))
+    def save_reports(self, rows: Iterable[tuple[str, float, str, str]],
+                     beats: Iterable[tuple[float, str]] = ()) -> None:
+        """Upsert (node, received, report JSON, domains JSON) rows and re-date unchanged
+        reports (heartbeats: (received, node)) in one transaction."""
+        rows, beats = list(rows), list(beats)
+        if rows or beats:
+            def tx(c: sqlite3.Connection) -> None:
+                c.executemany(
+                    "INSERT INTO nodes(node, received, report, domains) VALUES(?,?,?,?) "
+                    "ON CONFLICT(node) DO UPDATE SET received=excluded.received, "
+                    "report=excluded.report, domains=excluded.domains", rows)
+                c.executemany("UPDATE nodes SET received=? WHERE node=?", beats)
+            self._tx(tx)
 
     def load_reports(self) -> list[tuple[str, float, str, str]]:
         return list(self._conn().execute("SELECT node, received, report, domains FROM nodes"))
