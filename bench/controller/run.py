@@ -1,9 +1,10 @@
 """Controller and agent benchmarks. Run: .venv/bin/python bench/controller/run.py [--quick]
 
-1. ingest: concurrent httpx clients against a real `minutiae serve` (dry-run backend):
-   closed-loop max reports/s, then open-loop at the goal rate (2,000 reports/s = 20,000 nodes
-   every 10 s) with p50/p99 latency; baseline: the same server's bare /v1/echo (token check
-   and body read; no parsing, no controller work) at the same rate, as a ratio.
+1. ingest: `wrk` (C, closed loop, 32 connections) and a raw asyncio generator (open loop at
+   1,000-3,000/s; the goal is 2,000 reports/s = 20,000 nodes every 10 s) against a real
+   `minutiae serve` (dry-run backend), server and generator pinned to different cores; full
+   reports and unchanged-report heartbeats; baseline: the same server's bare /v1/echo (token
+   check and body read; no parsing, no controller work), as a ratio.
 2. decision latency: report with a critical finding -> `scontrol update ... State=DRAIN`
    finished (audit done_time), p50/p99, on the real Slurm of $MINUTIAE_SLURM_CONF (nodes
    gpu009-gpu040); baseline: the bare `scontrol update` command, as a ratio.
@@ -21,6 +22,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -63,29 +65,9 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
 
 
-async def closed_loop(url: str, path: str, seconds: float, conc: int) -> tuple[float, list[float]]:
-    lat: list[float] = []
-    bodies = [report(i) for i in range(20_000)]
-    stop = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc)
-    async with httpx.AsyncClient(limits=limits, timeout=30) as c:
-        async def worker(k: int) -> None:
-            i = k
-            while time.perf_counter() < stop:
-                t = time.perf_counter()
-                r = await c.post(url + path, json=bodies[i % len(bodies)], headers=H)
-                lat.append(time.perf_counter() - t)
-                assert r.status_code in (200, 202), r.text
-                i += conc
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker(k) for k in range(conc)))
-        return len(lat) / (time.perf_counter() - t0), lat
-
-
-def _raw_requests(host: str, path: str, n: int) -> list[bytes]:
+def _raw_requests(host: str, path: str, bodies: list[bytes]) -> list[bytes]:
     out = []
-    for i in range(n):
-        body = json.dumps(report(i)).encode()
+    for body in bodies:
         out.append(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}"
                    f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                    .encode() + body)
@@ -93,14 +75,15 @@ def _raw_requests(host: str, path: str, n: int) -> list[bytes]:
 
 
 async def raw_load(url: str, path: str, rate: float | None, seconds: float, conc: int,
-                   total: int | None = None) -> tuple[float, list[float], int]:
+                   bodies: list[bytes], total: int | None = None,
+                   answers: dict[int, bytes] | None = None) -> tuple[float, list[float], int]:
     """A minimal keep-alive HTTP/1.1 load generator on asyncio streams (uvloop when present):
     ``conc`` connections; open loop at ``rate``/s (latency from the scheduled send time) or
     closed loop when ``rate`` is None. Costs far less CPU per request than an httpx client,
     which matters when client and server share two cores."""
     hostport = url.split("//", 1)[1]
     host, port = hostport.rsplit(":", 1)
-    reqs = _raw_requests(hostport, path, 20_000)
+    reqs = _raw_requests(hostport, path, bodies)
     lat: list[float] = []
     errors = 0
     t0 = time.perf_counter()
@@ -127,7 +110,9 @@ async def raw_load(url: str, path: str, rate: float | None, seconds: float, conc
                 w.write(reqs[i % len(reqs)])
                 head = await r.readuntil(b"\r\n\r\n")
                 m = re.search(rb"content-length: *(\d+)", head, re.I)
-                await r.readexactly(int(m.group(1)) if m else 0)
+                ans = await r.readexactly(int(m.group(1)) if m else 0)
+                if answers is not None:
+                    answers[i] = ans
                 if not head.startswith((b"HTTP/1.1 200", b"HTTP/1.1 202")):
                     errors += 1
                 lat.append(time.perf_counter() - due)
@@ -154,44 +139,94 @@ def run_async(coro):  # type: ignore[no-untyped-def]
         loop.close()
 
 
+def pin(pid: int, cpu: int) -> None:
+    """Every thread of ``pid`` onto ``cpu`` (``taskset -a``: threads started later inherit)."""
+    subprocess.run(["taskset", "-a", "-cp", str(cpu), str(pid)], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def wrk(url: str, path: str, bodies: Path, seconds: float, conns: int,
+        cpu: int | None) -> dict[str, float]:
+    """One closed-loop wrk run (``conns`` keep-alive connections, one wrk thread)."""
+    argv = ["wrk", "-t1", f"-c{conns}", f"-d{seconds:g}s", "--timeout", "10s", "-s",
+            str(Path(__file__).with_name("wrk_post.lua")), url]
+    if cpu is not None:
+        argv = ["taskset", "-c", str(cpu), *argv]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60, check=True,
+                         env={**os.environ, "BENCH_TOKEN": TOKEN, "BENCH_PATH": path,
+                              "BENCH_BODIES": str(bodies)})
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["rate"] = res["requests"] / (res["duration_us"] / 1e6)
+    return res
+
+
 def bench_ingest(quick: bool) -> None:
+    """wrk (C, closed loop) and the raw asyncio generator (open loop at fixed rates) against a
+    real ``minutiae serve``; server and generator pinned to different cores when there are
+    two or more. Three bodies: the bare echo, full reports, unchanged-report heartbeats."""
+    if shutil.which("wrk") is None:
+        print("\n== ingest: skipped: `wrk` not found (Debian: apt-get install wrk) ==")
+        return
     secs = 4.0 if quick else 8.0
+    cpus = sorted(os.sched_getaffinity(0))
+    split = len(cpus) >= 2 and shutil.which("taskset") is not None
+    gen_cpu = cpus[-1] if split else None
     with tempfile.TemporaryDirectory() as tmp, ServeProcess(
             Path(tmp), TOKEN, "--backend", "dry-run", "--interval", "5") as ctl:
-        run_async(raw_load(ctl.url, "/v1/reports", None, 600.0, 32, total=20_000))
+        assert ctl.proc is not None
+        if split:
+            pin(ctl.proc.pid, cpus[0])
+            os.sched_setaffinity(0, {cpus[-1]})
+        full = [json.dumps(report(i)).encode() for i in range(20_000)]
+        answers: dict[int, bytes] = {}
+        run_async(raw_load(ctl.url, "/v1/reports", None, 600.0, 32, full, total=len(full),
+                           answers=answers))
+        beats = []
+        for i in range(len(full)):
+            d = json.loads(answers[i])["digest"]
+            beats.append(json.dumps({"node": f"n{i:05d}", "digest": d,
+                                     "agent": {"version": "0.1.0", "seq": 2}}).encode())
+        files = {}
+        for name, bodies in (("full", full), ("beat", beats)):
+            files[name] = Path(tmp) / f"{name}.jsonl"
+            files[name].write_bytes(b"\n".join(bodies) + b"\n")
         time.sleep(3)                                               # 20,000 nodes known
-        print("\n== ingest: real minutiae serve (dry-run backend, 20,000 node names, 1 KB "
-              "reports), load generator on the same 2 cores ==")
-        print("-- httpx.AsyncClient, 32 concurrent, closed loop (median of 3; client-bound: "
-              "httpx spends more CPU per request than the server) --")
-        for path in ("/v1/echo", "/v1/reports"):
-            runs = [run_async(closed_loop(ctl.url, path, secs / 2, 32)) for _ in range(3)]
-            lat = [x for _, ls in runs for x in ls]
-            print(f"{path:<12} {statistics.median(r for r, _ in runs):7.0f} req/s  p50 "
-                  f"{1e3 * pct(lat, 50):7.1f} ms  p99 {1e3 * pct(lat, 99):7.1f} ms")
-        print("-- raw keep-alive HTTP/1.1 generator, 32 connections (median of 3) --")
-        best = {}
-        for path in ("/v1/echo", "/v1/reports"):
-            runs = [run_async(raw_load(ctl.url, path, None, secs, 32)) for _ in range(3)]
-            lat = [x for _, ls, _ in runs for x in ls]
-            best[path] = statistics.median(r for r, _, _ in runs)
-            print(f"closed loop {path:<12} {best[path]:7.0f} req/s  p50 {1e3 * pct(lat, 50):6.1f}"
-                  f" ms  p99 {1e3 * pct(lat, 99):6.1f} ms  errors {sum(e for *_, e in runs)}")
-        print(f"  ratio reports/echo throughput: {best['/v1/reports'] / best['/v1/echo']:.2f}")
-        for rate in (500.0, 1000.0, 2000.0):
+        where = (f"server on CPU {cpus[0]}, generator on CPU {cpus[-1]}" if split else
+                 "server and generator sharing the CPUs")
+        print(f"\n== ingest: real minutiae serve (dry-run backend, 20,000 node names, "
+              f"{len(full[0])}-byte reports, {len(beats[0])}-byte heartbeats); {where} ==")
+        kinds = (("echo", "/v1/echo", files["full"], full),
+                 ("reports", "/v1/reports", files["full"], full),
+                 ("heartbeats", "/v1/reports", files["beat"], beats))
+        print("-- wrk, closed loop, 32 keep-alive connections (median of 3 runs) --")
+        closed: dict[str, float] = {}
+        for name, path, f, _ in kinds:
+            runs = [wrk(ctl.url, path, f, secs, 32, gen_cpu) for _ in range(3)]
+            med = {k: statistics.median(r[k] for r in runs) for k in ("rate", "p50_us", "p99_us")}
+            closed[name] = med["rate"]
+            bad = sum(r["non2xx"] + r["errors"] for r in runs)
+            print(f"{name:<11} {med['rate']:7.0f} req/s  p50 {med['p50_us'] / 1e3:6.1f} ms  "
+                  f"p99 {med['p99_us'] / 1e3:6.1f} ms  errors {bad}  (ratio to echo "
+                  f"{med['rate'] / closed['echo']:.2f})")
+        print("-- open loop (raw asyncio generator, 64 connections, latency from the scheduled "
+              "send time; median of 3 runs) --")
+        for rate in ((2000.0,) if quick else (1000.0, 2000.0, 3000.0)):
             res = {}
-            for path in ("/v1/echo", "/v1/reports"):
-                runs = [run_async(raw_load(ctl.url, path, rate, secs, 64)) for _ in range(3)]
-                lat = [x for _, ls, _ in runs for x in ls]
-                res[path] = (statistics.median(r for r, _, _ in runs), pct(lat, 50), pct(lat, 99))
-                print(f"open loop {rate:5.0f}/s {path:<12} achieved {res[path][0]:6.0f}/s  p50 "
-                      f"{1e3 * res[path][1]:7.1f} ms  p99 {1e3 * res[path][2]:7.1f} ms  errors "
-                      f"{sum(e for *_, e in runs)}")
-            print(f"  ratio reports/echo p99 at {rate:.0f}/s: "
-                  f"{res['/v1/reports'][2] / res['/v1/echo'][2]:.2f}")
+            for name, path, _, bodies in kinds:
+                runs = [run_async(raw_load(ctl.url, path, rate, secs, 64, bodies))
+                        for _ in range(3)]
+                res[name] = {"rate": statistics.median(r for r, _, _ in runs),
+                             "p50": statistics.median(pct(ls, 50) for _, ls, _ in runs),
+                             "p99": statistics.median(pct(ls, 99) for _, ls, _ in runs)}
+                print(f"{rate:5.0f}/s {name:<11} achieved {res[name]['rate']:6.0f}/s  p50 "
+                      f"{1e3 * res[name]['p50']:7.1f} ms  p99 {1e3 * res[name]['p99']:7.1f} ms  "
+                      f"errors {sum(e for *_, e in runs)}  (p99 ratio to echo "
+                      f"{res[name]['p99'] / res['echo']['p99']:.2f})")
         st = httpx.get(f"{ctl.url}/v1/status", timeout=30).json()
         print(f"controller: {st['nodes']} nodes, {st['counters']['reports']} reports accepted, "
               f"{st['counters']['rejected']} rejected, {st['counters']['steps']} reconcile steps")
+        if split:
+            os.sched_setaffinity(0, set(cpus))
 
 
 def scontrol(conf: str, *args: str) -> subprocess.CompletedProcess[str]:
