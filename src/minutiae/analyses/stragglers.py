@@ -40,6 +40,7 @@ MIN_RANKS = 3
 MIN_GROUP = 3
 DEFAULT_RANKS_PER_NODE = 8
 MAX_WARNINGS = 50
+BLOCK_CELLS = 1 << 18
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +188,9 @@ class StragglerAnalysis:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             stride = max(1, m.total.shape[1] // 4096)  # the typical step: a sample is enough
-            self.total_medians.extend(np.nanmedian(m.total[:, ::stride], axis=1).tolist())
+            sample = m.total[:, ::stride]
+            med = np.median(sample, axis=1) if not np.isnan(sample).any() else np.nanmedian(sample, axis=1)
+            self.total_medians.extend(med.tolist())
         return fresh
 
     def report(self) -> StragglerReport:
@@ -224,6 +227,9 @@ class StragglerAnalysis:
 def analyse(m: TimingMatrix, options: Options = Options(), where: str = "") -> StragglerReport:
     """The whole-file analysis: calibrate on the first ``warmup`` steps, then test every step."""
     analysis = StragglerAnalysis(m.slice(0, options.warmup), options, where)
-    for start in range(0, m.steps.size, options.block):
-        analysis.update(m.slice(start, start + options.block))
+    # blocks of about BLOCK_CELLS samples: a small job is tested in one or two blocks (each
+    # block has a fixed cost), a large one in blocks of ``options.block`` steps
+    block = max(options.block, BLOCK_CELLS // max(m.ranks.size, 1))
+    for start in range(0, m.steps.size, block):
+        analysis.update(m.slice(start, start + block))
     return analysis.report()

@@ -28,6 +28,9 @@ from minutiae.analyses.stragglers_types import Design
 R_LOW, R_HIGH = -0.5, 1.0
 #: blocks up to this many steps keep excursion sums in the recursion loop (cheaper than gathers)
 SHORT_BLOCK = 4
+#: up to this many ranks a block's CUSUM runs in closed form over the whole block (the step
+#: loop's per-step overhead dominates); above it the loop keeps one row in cache
+SMALL_COLUMNS = 2048
 #: reference of the estimation-only CUSUM that dates large shifts (>= 6 sigma)
 ESTIMATOR_K = 3.0
 
@@ -125,6 +128,19 @@ class _Cusum:
         if missing is not None:
             np.copyto(stat, np.float32(0.0), where=missing)
         last = np.full(stat.shape[1], -1, dtype=np.int64)
+        if stat.shape[0] > SHORT_BLOCK and stat.shape[1] <= SMALL_COLUMNS:
+            # few ranks: the closed form S_t = W_t - min(0, min_{u<=t} W_u), W = S_0 + sum x,
+            # in whole-array operations (a Python step loop costs more than the arithmetic here)
+            w = np.cumsum(stat, axis=0, dtype=np.float64)
+            w += self.s
+            low = np.minimum.accumulate(w, axis=0)
+            np.minimum(low, 0.0, out=low)
+            w -= low
+            stat[:] = w
+            zero = w <= 0.0
+            seen = zero.any(axis=0)
+            last[seen] = stat.shape[0] - 1 - zero[::-1].argmax(axis=0)[seen]
+            return stat, last, *self._sums_after(last, cum)
         if stat.shape[0] > SHORT_BLOCK:
             prev = self.s
             for t in range(stat.shape[0]):

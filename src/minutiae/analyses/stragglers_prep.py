@@ -14,7 +14,9 @@ rank ids that never report are named.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import warnings as _warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,12 +64,53 @@ class TimingMatrix:
                             self.leaf, self.basis, self.warnings)
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
 def _few(values: np.ndarray, n: int = 5) -> str:
     head = ", ".join(str(int(v)) for v in values[:n])
     return head + (f" ... ({values.size} in all)" if values.size > n else "")
 
 
+def _typed(df: pl.DataFrame) -> pl.DataFrame | None:
+    """The common case without any repair: canonical names, integer step/rank, float seconds,
+    no section/role column, no bad value. Checked with eager Series and numpy (each polars
+    query costs ~0.5 ms, more than the whole check for a job of 10,000 rows). None: not that
+    case (``_normalise`` does the general work and reports every repair)."""
+    cols = df.columns
+    sch = df.schema
+    if (any(c != c.strip().lower() for c in cols) or "section" in cols or "role" in cols
+            or not {"step", "rank", "seconds"} <= set(cols)
+            or not (sch["step"].is_integer() and sch["rank"].is_integer() and sch["seconds"].is_float())
+            or ("gpu" in cols and not sch["gpu"].is_integer())
+            or ("stage" in cols and not sch["stage"].is_integer())
+            or any(c in cols and sch[c] != pl.String for c in ("node", "leaf"))
+            or df.height == 0 or df["step"].null_count() or df["rank"].null_count()):
+        return None
+    step, rank, sec = df["step"].to_numpy(), df["rank"].to_numpy(), df["seconds"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        ok = (step.min() >= 0 and rank.min() >= 0 and bool(np.isfinite(sec).all())
+              and sec.min() >= TINY_SECONDS and sec.max() <= HUGE_SECONDS)
+    if not ok:
+        return None
+    keep = [df["step"].cast(pl.Int64), df["rank"].cast(pl.Int64), df["seconds"].cast(pl.Float64)]
+    keep += [df[c].cast(pl.Int64) if c in ("gpu", "stage") else df[c]
+             for c in ("node", "leaf", "gpu", "stage") if c in cols]
+    return pl.DataFrame(keep)
+
+
 def _normalise(df: pl.DataFrame, where: str, warnings: list[str]) -> pl.DataFrame:
+    fast = _typed(df)
+    if fast is not None:
+        if _has_duplicates(fast):
+            before = fast.height
+            fast = fast.unique(subset=["step", "rank"], keep="last", maintain_order=True)
+            warnings.append(f"{before - fast.height} duplicate (step, rank, section) rows: kept the last")
+        return fast
     df = df.rename({c: c.strip().lower() for c in df.columns})
     if "seconds" not in df.columns:
         for name, scale in (("ms", 1e-3), ("milliseconds", 1e-3)):
@@ -91,58 +134,104 @@ def _normalise(df: pl.DataFrame, where: str, warnings: list[str]) -> pl.DataFram
     if "gpu" in df.columns:
         cols.append(pl.col("gpu").cast(pl.Int64, strict=False))
     peer = [c for c in ("stage", "role") if c in df.columns]
-    if peer:  # peers do the same work: same pipeline stage and, when given, the same role
+    if peer == ["stage"] and df.schema["stage"].is_integer():
+        cols.append(pl.col("stage"))
+    elif peer:  # peers do the same work: same pipeline stage and, when given, the same role
         cols.append(pl.concat_str([pl.col(c).cast(pl.String) for c in peer], separator="|")
                     .alias("stage"))
     df = df.select(cols)
     n0 = df.height
     bad_id = pl.col("step").is_null() | pl.col("rank").is_null() | (pl.col("step") < 0) | (pl.col("rank") < 0)
-    n_id = int(df.select(bad_id.sum()).item())
+    sec = pl.col("seconds")
+    bad = sec.is_null() | sec.is_nan() | sec.is_infinite() | (sec <= 0)
+    implausible = (sec > HUGE_SECONDS) | (sec < TINY_SECONDS)
+    # one pass counts every kind of bad row (most files have none: nothing else is run)
+    n_id, nb, nh = df.select(bad_id.sum().alias("i"), (~bad_id & bad).sum().alias("b"),
+                             (~bad_id & ~bad & implausible).sum().alias("h")).row(0)
     if n_id:
         warnings.append(f"{n_id} of {n0} rows without a valid non-negative step/rank skipped")
         df = df.filter(~bad_id)
-    sec = pl.col("seconds")
-    bad = sec.is_null() | sec.is_nan() | sec.is_infinite() | (sec <= 0)
-    nb = int(df.select(bad.sum()).item())
     if nb:
         first = df.filter(bad).row(0, named=True)
         warnings.append(f"{nb} of {n0} rows with missing, non-numeric, zero or negative durations "
                         f"skipped (first: step {first['step']} rank {first['rank']})")
         df = df.filter(~bad)
-    implausible = (sec > HUGE_SECONDS) | (sec < TINY_SECONDS)
-    nh = int(df.select(implausible.sum()).item())
     if nh:
         warnings.append(f"{nh} rows with implausible durations (> {HUGE_SECONDS:.0e} s or "
                         f"< {TINY_SECONDS:.0e} s) skipped")
         df = df.filter(~implausible)
     if df.height == 0:
         raise DataError("no usable timing rows", where)
-    before = df.height
-    df = df.unique(subset=["step", "rank", "section"], keep="last", maintain_order=True)
-    if df.height < before:
+    if _has_duplicates(df):
+        before = df.height
+        df = df.unique(subset=["step", "rank", "section"], keep="last", maintain_order=True)
         warnings.append(f"{before - df.height} duplicate (step, rank, section) rows: kept the last")
     return df
 
 
-def _fix_units(df: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
-    totals = df.filter(pl.col("section").is_in(list(TOTAL_NAMES)))
-    base = totals if totals.height else df
-    per = base.group_by("rank").agg(pl.col("seconds").median().alias("m"))
-    overall = float(np.median(per["m"].to_numpy())) if per.height else 0.0
+def _has_duplicates(df: pl.DataFrame) -> bool:
+    """Whether two rows share (step, rank, section), counted in numpy (a polars ``unique`` per
+    file is most of the preparation time of a small job)."""
+    step = df["step"].to_numpy()
+    rank = df["rank"].to_numpy()
+    codes = _section_codes(df)[0]
+    s0, r0 = int(step.min()), int(rank.min())
+    ns, nr, nc = int(step.max()) - s0 + 1, int(rank.max()) - r0 + 1, int(codes.max()) + 1
+    if ns * nr * nc > 8 * step.size + (1 << 20):  # sparse ids: sort instead of counting
+        key = np.sort((step - s0) * (nr * nc) + (rank - r0) * nc + codes)
+        return bool((key[1:] == key[:-1]).any())
+    key = (step - s0) * (nr * nc) + (rank - r0) * nc + codes
+    return bool(np.bincount(key, minlength=1).max() > 1)
+
+
+def _section_codes(df: pl.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """Each row's index into the sorted distinct section names (no per-row Python); a table
+    without a ``section`` column holds step totals only."""
+    if "section" not in df.columns:
+        return np.zeros(df.height, dtype=np.int64), [""]
+    section = df["section"]
+    names = sorted(section.unique().to_list())
+    if len(names) == 1:
+        return np.zeros(section.len(), dtype=np.int64), names
+    codes = section.replace_strict(names, list(range(len(names))), return_dtype=pl.Int64)
+    return codes.to_numpy(), names
+
+
+def _rank_medians(ri: np.ndarray, sec: np.ndarray, n_r: int) -> np.ndarray:
+    """Median of ``sec`` per rank index (NaN for a rank without rows), one sort."""
+    out = np.full(n_r, np.nan)
+    if ri.size == 0:
+        return out
+    order = np.lexsort((sec, ri))
+    r_s, v_s = ri[order], sec[order]
+    counts = np.bincount(r_s, minlength=n_r)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    has = counts > 0
+    lo = starts[has] + (counts[has] - 1) // 2
+    hi = starts[has] + counts[has] // 2
+    out[has] = (v_s[lo] + v_s[hi]) / 2.0
+    return out
+
+
+def _ms_ranks(medians: np.ndarray, ranks: np.ndarray, warnings: list[str]) -> np.ndarray:
+    """Indices of the ranks whose median duration is ~1000x their peers' (taken as
+    milliseconds), from each rank's median step total (or median row when no totals)."""
+    keep = np.isfinite(medians)
+    m = medians[keep]
+    overall = float(np.median(m)) if m.size else 0.0
+    none = np.zeros(0, dtype=np.int64)
     if overall <= 0:
-        return df
-    ms = per.filter((pl.col("m") / overall >= MS_RATIO[0]) & (pl.col("m") / overall <= MS_RATIO[1]))
-    if ms.height and ms.height < per.height / 2:
-        ranks = np.sort(ms["rank"].to_numpy())
-        warnings.append(f"rank(s) {_few(ranks)} report ~1000x their peers' durations: taken as "
-                        "milliseconds and converted to seconds")
-        df = df.with_columns(pl.when(pl.col("rank").is_in(ranks.tolist()))
-                             .then(pl.col("seconds") / 1000.0).otherwise(pl.col("seconds"))
-                             .alias("seconds"))
-    elif overall > 3600:
+        return none
+    ratio = m / overall
+    hit = np.flatnonzero(keep)[(ratio >= MS_RATIO[0]) & (ratio <= MS_RATIO[1])]
+    if hit.size and hit.size < m.size / 2:
+        warnings.append(f"rank(s) {_few(np.sort(ranks[hit]))} report ~1000x their peers' "
+                        "durations: taken as milliseconds and converted to seconds")
+        return hit
+    if overall > 3600:
         warnings.append(f"median step time is {overall:.0f} s: if these are milliseconds, name "
                         "the column 'ms' instead of 'seconds'")
-    return df
+    return none
 
 
 def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = None,
@@ -151,11 +240,10 @@ def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = No
     ranks are skipped with a warning)."""
     warnings: list[str] = []
     df = _normalise(df, where, warnings)
-    df = _fix_units(df, warnings)
     step = df["step"].to_numpy()
     rank = df["rank"].to_numpy()
     sec = df["seconds"].to_numpy().astype(np.float64)
-    section = df["section"].to_numpy()
+    codes, names = _section_codes(df)
     steps_u, si = np.unique(step, return_inverse=True)
     if ranks is None:
         ranks_u, ri = np.unique(rank, return_inverse=True)
@@ -173,20 +261,31 @@ def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = No
                             "calibration skipped")
     n_s, n_r = steps_u.size, ranks_u.size
     lin = (si * n_r + ri)[known]
-    sec, section = sec[known], section[known]
-    kinds = np.array([0 if s.lower() in TOTAL_NAMES else (2 if is_comm(s) else 1)
-                      for s in np.unique(section)])
-    kind = kinds[np.searchsorted(np.unique(section), section)] if section.size else np.zeros(0, int)
+    sec, codes = sec[known], codes[known]
+    kinds = np.array([0 if s.lower() in TOTAL_NAMES else (2 if is_comm(s) else 1) for s in names])
+    kind = kinds[codes] if codes.size else np.zeros(0, int)
 
     def dense(mask: np.ndarray) -> np.ndarray | None:
         if not mask.any():
             return None
         total = np.bincount(lin[mask], weights=sec[mask], minlength=n_s * n_r)
         count = np.bincount(lin[mask], minlength=n_s * n_r)
-        out = np.where(count > 0, total, np.nan).astype(np.float32)
-        return out.reshape(n_s, n_r)
+        return np.where(count > 0, total, np.nan).reshape(n_s, n_r)
 
-    total_m, comp_m, comm_m = dense(kind == 0), dense(kind == 1), dense(kind == 2)
+    dense64 = [dense(kind == 0), dense(kind == 1), dense(kind == 2)]
+    # units: a rank reporting ~1000x its peers is in milliseconds (its columns are rescaled)
+    if dense64[0] is not None:
+        tot = dense64[0]
+        with np.errstate(all="ignore"), _quiet():
+            medians = np.nanmedian(tot, axis=0) if np.isnan(tot).any() else np.median(tot, axis=0)
+    else:
+        medians = _rank_medians(ri[known], sec, n_r)
+    ms = _ms_ranks(medians, ranks_u, warnings)
+    if ms.size:
+        for mat in dense64:
+            if mat is not None:
+                mat[:, ms] /= 1000.0
+    total_m, comp_m, comm_m = (None if x is None else x.astype(np.float32) for x in dense64)
     if total_m is None:
         parts = [m for m in (comp_m, comm_m) if m is not None]
         total_m = parts[0] if len(parts) == 1 else np.where(
@@ -203,15 +302,17 @@ def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = No
         compute, basis = comp_m, Basis.COMPUTE
     compute = np.where(compute > 0, compute, np.nan).astype(np.float32)
     if ranks is None:
-        meta = _meta(df.filter(pl.Series(known)), ranks_u, leaf_of)
+        meta = _meta(df, ri, ranks_u, leaf_of)  # every row is of a known rank here
     else:  # streaming: the analysis keeps the rank metadata from calibration
         meta = ((None,) * n_r, np.full(n_r, -1, dtype=np.int64), None, (None,) * n_r)
     return TimingMatrix(steps_u, ranks_u, total_m, compute, comm_m, *meta, basis,
                         tuple(warnings))
 
 
-def _meta(df: pl.DataFrame, ranks: np.ndarray, leaf_of: Mapping[str, str] | None,
+def _meta(df: pl.DataFrame, ri: np.ndarray, ranks: np.ndarray, leaf_of: Mapping[str, str] | None,
           ) -> tuple[tuple[str | None, ...], np.ndarray, np.ndarray | None, tuple[str | None, ...]]:
+    """Each rank's node, GPU, peer group (stage/role) and leaf: its first non-empty value.
+    ``ri`` is each row's index into ``ranks``."""
     cols = [c for c in ("node", "gpu", "stage", "leaf") if c in df.columns]
     n = ranks.size
     node: list[str | None] = [None] * n
@@ -219,21 +320,22 @@ def _meta(df: pl.DataFrame, ranks: np.ndarray, leaf_of: Mapping[str, str] | None
     stage: np.ndarray | None = None
     leaf: list[str | None] = [None] * n
     if cols:
-        per = (df.group_by("rank").agg([pl.col(c).drop_nulls().first() for c in cols])
-               .sort("rank"))
-        pos = np.searchsorted(ranks, per["rank"].to_numpy())
+        _, first = np.unique(ri, return_index=True)  # every rank has rows (the axis came from them)
+        per = pl.DataFrame([df[c].gather(first) for c in cols])
+        if any(per[c].null_count() for c in cols):  # a rank's first row lacks a value: look further
+            per = (df.select(cols).with_columns(pl.Series("_r", ri)).lazy().group_by("_r")
+                   .agg([pl.col(c).drop_nulls().first() for c in cols]).sort("_r").collect())
         if "node" in cols:
-            for p, v in zip(pos.tolist(), per["node"].to_list(), strict=True):
-                node[p] = v
+            node = per["node"].to_list()
         if "gpu" in cols:
-            gpu[pos] = per["gpu"].fill_null(-1).to_numpy()
+            gpu = per["gpu"].fill_null(-1).to_numpy().astype(np.int64)
         if "stage" in cols and per["stage"].null_count() == 0 and per.height == n:
-            _, codes = np.unique(per["stage"].to_numpy().astype(str), return_inverse=True)
-            stage = np.empty(n, dtype=np.int64)
-            stage[pos] = codes
+            values = per["stage"].to_numpy()
+            _, codes = np.unique(values.astype(str) if values.dtype == object else values,
+                                 return_inverse=True)
+            stage = codes.astype(np.int64)
         if "leaf" in cols:
-            for p, v in zip(pos.tolist(), per["leaf"].to_list(), strict=True):
-                leaf[p] = v
+            leaf = per["leaf"].to_list()
     if leaf_of:
         leaf = [leaf[i] or (leaf_of.get(node[i] or "") if node[i] else None) for i in range(n)]
     return tuple(node), gpu, stage, tuple(leaf)

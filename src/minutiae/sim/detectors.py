@@ -73,6 +73,8 @@ def _stragglers(ctx: Context) -> tuple[list[Detection], list[str], int]:
         except Exception as exc:  # noqa: BLE001 - another area's analysis failing must not stop eval
             notes.append(Failure(f"{path}: straggler analysis failed: {type(exc).__name__}: {exc}"))
             continue
+        if not rep.suspects:
+            continue
         steps = df.select("step", "time").unique(subset="step").sort("step")
         st, tt = steps["step"].to_numpy(), steps["time"].to_numpy()
         for s in rep.suspects:
