@@ -18,80 +18,24 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from pydantic import BaseModel, Field
 
 from minutiae import __version__
 from minutiae.actions.base import make_reason, validate_node
+from minutiae.controller.api_models import (
+    HeartbeatIn,
+    PauseIn,
+    ReportIn,
+    TimingsIn,
+    ToleranceIn,
+)
 from minutiae.controller.fastpath import FastPath, Receive, Scope, Send, status_for
+from minutiae.controller.runs import record_job_run
 from minutiae.controller.service import Controller
+from minutiae.controller.wire import validate_job
 from minutiae.errors import DataError, MinutiaeError, ValidationError
 
 MAX_BODY = 1 << 20
 MIN_GAP_S = 0.05
-
-
-class FindingIn(BaseModel):
-    kind: str = Field(max_length=64, examples=["xid"])
-    severity: str = Field("info", examples=["critical"])
-    action: str = Field("none", examples=["reboot"])
-    message: str = ""
-    code: int | None = None
-    pci: str | None = None
-    component: str | None = None
-    line: str | None = None
-    rule: str | None = None
-    attrs: dict[str, str | int | float | bool | None] = {}
-
-
-class CheckIn(BaseModel):
-    check: str = Field(examples=["gpu"])
-    status: str = Field(examples=["ok", "warning", "critical", "unknown"])
-    reason: str | None = None
-    observed: int = 0
-    findings: list[FindingIn] = []
-
-
-class ReportIn(BaseModel):
-    """One node's verdict and findings, as ``minutiae agent`` sends it every interval."""
-
-    node: str = Field(examples=["gpu017"])
-    time: float | None = Field(None, description="agent clock (informational; the "
-                               "controller stamps its own receive time)")
-    status: str = Field(examples=["critical"])
-    checks: list[CheckIn] = []
-    findings: list[FindingIn] = []
-    domains: dict[str, str] = Field({}, examples=[{"rack": "r03", "leaf": "leaf1",
-                                                   "nvl_domain": "nvl3"}])
-    agent: dict[str, Any] = {}
-
-
-class HeartbeatIn(BaseModel):
-    """An unchanged-report heartbeat: the agent's verdict is the one the controller
-    acknowledged with ``digest``; only the node's report time is refreshed. 409 when the digest
-    is not the node's current one (the agent then sends the full report)."""
-
-    node: str = Field(examples=["gpu017"])
-    digest: str = Field(pattern="^[0-9a-f]{32}$", description="the `digest` of the 202 answer "
-                        "to this node's last full report")
-    agent: dict[str, Any] = Field({}, examples=[{"version": "0.1.0", "seq": 43, "age_s": 0.0}])
-
-
-class StepTiming(BaseModel):
-    step: int
-    seconds: float = Field(ge=0)
-    rank: int | None = None
-    node: str | None = None
-
-
-class TimingsIn(BaseModel):
-    """Per-step timings of a running job (e.g. from a training loop hook)."""
-
-    job: str = Field(max_length=128, examples=["4242"])
-    steps: list[StepTiming] = Field(max_length=100_000)
-
-
-class PauseIn(BaseModel):
-    reason: str = Field(examples=["firmware rollout on rack r03"])
 
 
 class ControllerApp(FastAPI):
@@ -214,13 +158,42 @@ def make_app(controller: Controller, token: str,
               summary="Step timings of a running job")
     async def post_timings(t: TimingsIn) -> dict[str, Any]:
         now = controller.clock.now()
+        validate_job(t.job)
         rows = []
         for s in t.steps:
             if s.node is not None:
                 validate_node(s.node)
             rows.append((t.job, s.step, s.rank, s.node, s.seconds, now))
         controller.store.save_timings(rows)
-        return {"job": t.job, "accepted": len(rows)}
+        out: dict[str, Any] = {"job": t.job, "accepted": len(rows)}
+        try:
+            rec = record_job_run(controller.store, t.job, signature=t.signature, start=t.start,
+                                 end=t.end, gpus=t.gpus, versions=t.versions)
+        except DataError as exc:   # the timings are kept; the run waits for usable ones
+            out["run"] = None
+            out["run_note"] = str(exc)
+        else:
+            out["run"] = {"run_id": rec.run_id, "signature": rec.signature,
+                          "seconds_per_step": rec.value, "nodes": len(rec.nodes),
+                          "gpus": rec.gpus}
+        return out
+
+    @app.put("/v1/jobs/{job}/tolerance", dependencies=[Depends(auth)],
+             summary="How many nodes of a running job may be out at once (budget)")
+    async def put_tolerance(job: str, t: ToleranceIn) -> dict[str, Any]:
+        controller.set_tolerance(validate_job(job), t.nodes)
+        return {"job": job, "tolerance": t.nodes}
+
+    @app.delete("/v1/jobs/{job}/tolerance", dependencies=[Depends(auth)],
+                summary="Forget a job's tolerance (the policy's per_job_max_nodes applies)")
+    async def delete_tolerance(job: str) -> dict[str, Any]:
+        controller.set_tolerance(validate_job(job), None)
+        return {"job": job, "tolerance": None}
+
+    @app.get("/v1/jobs", summary="Per-job tolerances set through the API")
+    async def jobs() -> dict[str, Any]:
+        return {"tolerance": controller.tolerances(),
+                "default": controller.policy.budget.per_job_max_nodes}
 
     @app.post("/v1/pause", dependencies=[Depends(auth)], summary="Stop acting (with a reason)")
     async def pause(p: PauseIn) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
-from minutiae.errors import AuthError, BackendError, InputError, MinutiaeError
+from minutiae.errors import AuthError, BackendError, InputError, MinutiaeError, StoreError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -49,6 +49,8 @@ def status_for(exc: MinutiaeError) -> int:
         return 409
     if isinstance(exc, BackendError):
         return 404
+    if isinstance(exc, StoreError):
+        return 503
     return 422
 
 

@@ -76,6 +76,8 @@ class Controller:
         for line in self.intake.load(store.load_reports()):
             self.problem(line)
         self.memory: ControllerMemory = store.load_memory()
+        #: job → nodes it survives losing, set through the API (else the policy's default)
+        self._tolerance: dict[str, int] = store.tolerances()
         self._overlay: dict[str, NodeState] = {
             n: NodeState(n, NodeSchedState.DRAINED, reason=r, ours=True)
             for n, r in (store.get_kv("dry_overlay") or {}).items()}
@@ -198,7 +200,8 @@ class Controller:
                 v = views.get(n)
                 st = states.get(n, v.sched if v is not None else None)
                 views[n] = NodeView(n, reports[n], st, batch.domains.get(n, {}))
-            plan = reconcile(FleetState(dict(views), mem, self.scheduler), self.policy, now)
+            plan = reconcile(FleetState(dict(views), mem, self.scheduler,
+                                        job_tolerance=dict(self._tolerance)), self.policy, now)
             ids = self.store.begin_batch(plan.memory, mem, plan.decisions, self.dry_run)
             self.memory = plan.memory
         acting = [d for d in plan.decisions if d.action is not Verb.HOLD]
@@ -309,6 +312,21 @@ class Controller:
             self.memory = with_pause(self.memory, None, self.clock.now())
             self.store.save_pause(None, self.memory.breaker_since)
         self.wake.set()
+
+    # ---- per-job tolerance ---------------------------------------------------------------
+    def set_tolerance(self, job: str, nodes: int | None) -> None:
+        """``job`` survives losing ``nodes`` nodes (None: the policy's default applies)."""
+        with self._mem_lock:
+            self.store.set_tolerance(job, nodes, self.clock.now())
+            if nodes is None:
+                self._tolerance.pop(job, None)
+            else:
+                self._tolerance[job] = nodes
+        self.wake.set()
+
+    def tolerances(self) -> dict[str, int]:
+        with self._mem_lock:
+            return dict(self._tolerance)
 
     # ---- views for the API ---------------------------------------------------------------
     def node_rows(self) -> list[dict[str, Any]]:

@@ -36,6 +36,9 @@ CREATE INDEX IF NOT EXISTS audit_node ON audit(node, id);
 CREATE INDEX IF NOT EXISTS audit_status ON audit(status);
 CREATE TABLE IF NOT EXISTS timings(job TEXT NOT NULL, step INTEGER NOT NULL, rank INTEGER,
     node TEXT, seconds REAL NOT NULL, received REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS timings_job ON timings(job);
+CREATE TABLE IF NOT EXISTS job_tolerance(job TEXT PRIMARY KEY, nodes INTEGER NOT NULL,
+    time REAL NOT NULL);
 """
 
 #: audit row statuses
@@ -205,6 +208,25 @@ class Store:
         self._tx(lambda c: c.executemany(
             "INSERT INTO timings(job, step, rank, node, seconds, received) VALUES(?,?,?,?,?,?)",
             rows))
+
+    def job_timings(self, job: str) -> list[tuple[int, int | None, str | None, float, float]]:
+        """(step, rank, node, seconds, received) of every timing of ``job``."""
+        return list(self._conn().execute(
+            "SELECT step, rank, node, seconds, received FROM timings WHERE job=?", (job,)))
+
+    # ---- per-job tolerance ---------------------------------------------------------------
+    def set_tolerance(self, job: str, nodes: int | None, when: float) -> None:
+        """How many nodes ``job`` survives losing (None: forget it, the policy decides)."""
+        if nodes is None:
+            self._tx(lambda c: c.execute("DELETE FROM job_tolerance WHERE job=?", (job,)))
+        else:
+            self._tx(lambda c: c.execute(
+                "INSERT INTO job_tolerance(job, nodes, time) VALUES(?,?,?) ON CONFLICT(job) "
+                "DO UPDATE SET nodes=excluded.nodes, time=excluded.time", (job, nodes, when)))
+
+    def tolerances(self) -> dict[str, int]:
+        return {j: int(n) for j, n in self._conn().execute(
+            "SELECT job, nodes FROM job_tolerance")}
 
     def count_timings(self, job: str) -> int:
         row = self._conn().execute("SELECT COUNT(*) FROM timings WHERE job=?", (job,)).fetchone()

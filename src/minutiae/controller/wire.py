@@ -28,6 +28,14 @@ MAX_FINDINGS = 500
 MAX_TEXT = 2000
 MAX_AGE_S = 30 * 86400.0
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}$")
+_JOB_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+
+
+def validate_job(job: object) -> str:
+    """A job id (Slurm ``4242``, ``4242_7``; Kubernetes ``ns/name``) safe to show and store."""
+    if not isinstance(job, str) or not _JOB_RE.fullmatch(job):
+        raise ValidationError(f"invalid job id {str(job)[:80]!r}")
+    return job
 
 
 def _text(v: Any, where: str, field: str, required: bool = False) -> str | None:
