@@ -259,6 +259,13 @@ class SlurmBackend:
             out[name] = NodeState(name, st, sn.reason, ours, tuple(jobs.get(name, ())))
         return out
 
+    def all_states(self) -> dict[str, NodeState]:
+        """``states`` of every node Slurm knows (the controller counts fleet nodes whose agent
+        never reported as silent)."""
+        res = self._run([self.scontrol, "show", "node", "-o"])
+        return self.states([parse_show_node(ln).name for ln in res.stdout.splitlines()
+                            if ln.startswith("NodeName=")])
+
     def annotate(self, node: str, key: str, value: str) -> None:
         """Set ``minutiae.<key>=<value>`` in the node's ``Extra`` (other content kept)."""
         validate_node(node)

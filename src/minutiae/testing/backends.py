@@ -51,6 +51,12 @@ class RecordingBackend:
     def state(self, node: str) -> NodeState:
         return self._get(node)
 
+    def all_states(self) -> dict[str, NodeState]:
+        """Every node this scheduler knows (the controller counts those never reporting)."""
+        if self.unreachable:
+            raise BackendUnavailable(f"{self.name}: scheduler unreachable")
+        return dict(self.nodes)
+
     def drain(self, node: str, reason: str) -> None:
         cur = self._get(node)
         self.calls.append(Call("drain", node, reason))
