@@ -58,11 +58,20 @@ step = "reboot"
     ("[budget.rate.reboot]\nper_minute = 1\n", "budget.rate.reboot"),
     ("[budget.storm]\nwindow_s = 'x'\n", "budget.storm.window_s"),
     ("[lemon]\ndrains = 0\n", "lemon.drains"),
+    ("fleet_nodes = '(gpu'\n", "fleet_nodes"),
+    ("fleet_nodes = 3\n", "fleet_nodes"),
 ])
 def test_bad_values_name_the_key(extra, key):
     with pytest.raises(ConfigError) as e:
         loads_policy(extra + MINIMAL, "my.toml")
     assert f"my.toml: {key}" in str(e.value)
+
+
+def test_fleet_nodes_selects_the_schedulers_nodes_this_controller_looks_after():
+    pol = loads_policy("fleet_nodes = 'gpu0(09|[1-3][0-9]|40)'\n" + MINIMAL)
+    assert [n for n in (f"gpu{i:03d}" for i in range(1, 65)) if pol.in_fleet(n)] == \
+        [f"gpu{i:03d}" for i in range(9, 41)]
+    assert loads_policy(MINIMAL).in_fleet("anything")
 
 
 def test_rule_errors_name_the_rule():

@@ -265,7 +265,8 @@ def test_replay_of_1024_nodes_drains_and_resumes_rotating_faults():
 
 def test_invariants_hold_on_random_fleets():
     """Property: on any fleet, reconcile never touches a drain it does not own, never acts
-    while paused, and never takes the fleet or a rack past its cap."""
+    while paused, and never takes the fleet or a rack past its cap, counting silent (stale)
+    nodes as unavailable."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -276,10 +277,11 @@ def test_invariants_hold_on_random_fleets():
                                          max_unavailable_fraction=0.3))
     seen = {"drain": 0, "resume": 0, "hold": 0}
     kinds = st.sampled_from([(), (NVL,), (XID79,), (XID13,), (DBE,)])
-    sched = st.sampled_from(["avail"] * 12 + ["ours", "admin", "down"])
+    sched = st.sampled_from(["avail"] * 8 + ["ours", "admin", "down"])
+    stale_s = st.sampled_from([False] * 7 + [True])
 
     @settings(max_examples=150, deadline=None, derandomize=True)
-    @given(st.lists(st.tuples(kinds, sched, st.integers(0, 5), st.booleans()), min_size=1,
+    @given(st.lists(st.tuples(kinds, sched, st.integers(0, 5), stale_s), min_size=1,
                     max_size=60), st.booleans())
     def run(rows, paused):
         now = 1_700_000_000.0
@@ -309,14 +311,19 @@ def test_invariants_hold_on_random_fleets():
             if d.action is Verb.DRAIN:
                 assert v.sched.state is NodeSchedState.AVAILABLE
         after = simulate(FleetState(nodes, mem), plan)
-        before_out = sum(1 for v in nodes.values() if v.unavailable)
-        out = sum(1 for v in after.nodes.values() if v.unavailable)
+
+        def out_or_silent(v):
+            return v.unavailable or now - v.report.time > pol.stale_after_s
+
+        before_out = sum(1 for v in nodes.values() if out_or_silent(v))
+        out = sum(1 for v in after.nodes.values() if out_or_silent(v))
         limit = int(pol.budget.max_unavailable_fraction * len(nodes) + 1e-9)
         assert out <= max(limit, before_out)
         for r in range(6):
-            was = sum(1 for v in nodes.values() if v.unavailable and v.domains["rack"] == f"r{r}")
+            was = sum(1 for v in nodes.values() if out_or_silent(v)
+                      and v.domains["rack"] == f"r{r}")
             now_ = sum(1 for v in after.nodes.values()
-                       if v.unavailable and v.domains["rack"] == f"r{r}")
+                       if out_or_silent(v) and v.domains["rack"] == f"r{r}")
             assert now_ <= max(POLICY.budget.domain_caps["rack"], was)
 
     run()

@@ -7,6 +7,8 @@ The checks, in order (the first that refuses names itself in the verdict):
 1. ``global``   — unavailable nodes / fleet size must stay ≤ ``max_unavailable_fraction``.
 2. ``domain:<d>`` — unavailable nodes in one failure domain (rack, leaf switch, NVLink domain)
    must stay ≤ ``domain_caps[d]``.
+   In both, a *silent* node (its agent never reported, or stopped reporting) counts as
+   unavailable: a node nobody hears from is not a healthy one.
 3. ``job``      — nodes of one running job that are unavailable must stay ≤ what the job survives
    (``job_tolerance[job]`` when known, else ``per_job_max_nodes``).
 4. ``rate:<verb>`` — a token bucket per action type (``per_minute`` refill, ``burst`` capacity).
@@ -86,12 +88,15 @@ OK_UNLIMITED = BudgetVerdict(True, "ok", "no budget applies")
 
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
-    """What the budget needs to know about one node."""
+    """What the budget needs to know about one node. ``silent``: in service as far as the
+    scheduler says, but no fresh report (counted as unavailable in the global and domain
+    checks, not in the per-job one: the job may well be running on it)."""
 
     node: str
     unavailable: bool
     domains: Mapping[str, str] = field(default_factory=dict)
     jobs: tuple[str, ...] = ()
+    silent: bool = False
 
 
 @dataclass
@@ -105,6 +110,7 @@ class BudgetLedger:
     per_domain: Counter[tuple[str, str]]
     per_job: Counter[str]
     buckets: dict[str, Bucket]
+    silent: int = 0
 
     @staticmethod
     def build(nodes: Iterable[NodeFacts], buckets: Mapping[str, Bucket]) -> BudgetLedger:
@@ -112,15 +118,18 @@ class BudgetLedger:
         unavailable = 0
         per_domain: Counter[tuple[str, str]] = Counter()
         per_job: Counter[str] = Counter()
+        silent = 0
         for n in nodes:
             total += 1
-            if n.unavailable:
+            if n.unavailable or n.silent:
                 unavailable += 1
+                silent += not n.unavailable
                 for d, v in n.domains.items():
                     per_domain[(d, v)] += 1
+            if n.unavailable:
                 for j in n.jobs:
                     per_job[j] += 1
-        return BudgetLedger(total, unavailable, per_domain, per_job, dict(buckets))
+        return BudgetLedger(total, unavailable, per_domain, per_job, dict(buckets), silent)
 
 
 def take_token(ledger: BudgetLedger, cfg: BudgetConfig, verb: str, now: float) -> BudgetVerdict:
@@ -146,9 +155,10 @@ def check_drain(ledger: BudgetLedger, cfg: BudgetConfig, node: NodeFacts, now: f
         return BudgetVerdict(True, "ok", "node already unavailable; no budget spent")
     after = ledger.unavailable + 1
     limit = int(cfg.max_unavailable_fraction * ledger.total + 1e-9)
+    quiet = f" ({ledger.silent} silent)" if ledger.silent else ""
     if after > limit:
         return BudgetVerdict(False, "global",
-                             f"{after}/{ledger.total} nodes unavailable would exceed "
+                             f"{after}/{ledger.total} nodes unavailable{quiet} would exceed "
                              f"max_unavailable_fraction {cfg.max_unavailable_fraction:g} "
                              f"(limit {limit})")
     for d, v in sorted(node.domains.items()):
@@ -172,8 +182,8 @@ def check_drain(ledger: BudgetLedger, cfg: BudgetConfig, node: NodeFacts, now: f
         ledger.per_domain[(d, v)] += 1
     for j in node.jobs:
         ledger.per_job[j] += 1
-    return BudgetVerdict(True, "ok",
-                         f"{after}/{ledger.total} unavailable within limit {limit}; {tok.detail}")
+    return BudgetVerdict(True, "ok", f"{after}/{ledger.total} unavailable{quiet} within limit "
+                         f"{limit}; {tok.detail}")
 
 
 def storm_tripped(turned_unhealthy: Iterable[float], total: int, cfg: StormConfig,

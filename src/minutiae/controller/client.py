@@ -54,11 +54,15 @@ def format_status(s: dict[str, Any]) -> str:
     lines = [
         f"controller: {'DRY-RUN' if s['dry_run'] else 'ACTING'} via {s['scheduler']}; "
         f"policy {s['policy']}",
-        f"nodes: {s['nodes']} reporting — {h.get('healthy', 0)} healthy, "
+        f"nodes: {s['nodes']} — {h.get('healthy', 0)} healthy, "
         f"{h.get('unhealthy', 0)} unhealthy, {h.get('unknown', 0)} unknown; "
         f"{s['unavailable']} out of service",
         f"pending actions: {s['pending_actions']}; last step {_t(s['last_step'])}",
     ]
+    if s.get("silent"):
+        lines.append(f"silent: {s['silent']} in service but not reporting "
+                     f"({s.get('never_reported', 0)} never reported); counted as unavailable "
+                     "by the safety budget")
     p = s.get("paused")
     if p:
         who = "STORM BREAKER TRIPPED" if p["by"] == "breaker" else "PAUSED"
@@ -74,11 +78,15 @@ def format_status(s: dict[str, Any]) -> str:
 
 
 def format_nodes(rows: list[dict[str, Any]]) -> str:
-    head = f"{'NODE':<16} {'HEALTH':<10} {'SCHED':<9} {'OURS':<4} {'STEP':<9} REASON"
+    head = (f"{'NODE':<16} {'HEALTH':<10} {'SCHED':<9} {'OURS':<4} {'STEP':<9} "
+            f"{'REPORT':<8} REASON")
     out = [head]
     for r in rows:
+        age = r.get("report_age_s")
+        seen = "never" if age is None else f"{age:.0f}s"
         out.append(f"{r['node']:<16} {r['health']:<10} {r['sched'] or '?':<9} "
                    f"{'yes' if r['ours'] else '-':<4} {r['step'] or '-':<9} "
+                   f"{seen + ('!' if r.get('silent') else ''):<8} "
                    f"{r['reason'] or ''}{'  [lemon]' if r['lemon'] else ''}")
     return "\n".join(out)
 

@@ -8,6 +8,7 @@ docs/controller.md. Every rule carries examples that tests run (``Rule.examples`
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -95,6 +96,12 @@ class Policy:
     lemon: LemonConfig = field(default_factory=LemonConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     source: str = "<built-in>"
+    #: which of the scheduler's nodes are this controller's fleet (a regular expression over
+    #: node names; empty: all of them). Fleet nodes that never report count as silent.
+    fleet_nodes: str = ""
+
+    def in_fleet(self, node: str) -> bool:
+        return not self.fleet_nodes or re.fullmatch(self.fleet_nodes, node) is not None
 
     def rule_for(self, f: Finding) -> Rule | None:
         """The first rule that matches ``f`` (rules are ordered; first match wins)."""
@@ -239,8 +246,15 @@ def _budget(d: Any, where: str) -> BudgetConfig:
 
 def parse_policy(data: Mapping[str, Any], where: str = "<policy>") -> Policy:
     """Validate a decoded TOML document into a :class:`Policy`."""
-    _only(data, {"dry_run", "healthy_delay_s", "stale_after_s", "rule", "ladder", "lemon",
-                 "budget"}, where, "")
+    _only(data, {"dry_run", "healthy_delay_s", "stale_after_s", "fleet_nodes", "rule", "ladder",
+                 "lemon", "budget"}, where, "")
+    fleet = data.get("fleet_nodes", "")
+    if not isinstance(fleet, str):
+        raise _err(where, "fleet_nodes", "must be a regular expression (a string)")
+    try:
+        re.compile(fleet)
+    except re.error as exc:
+        raise _err(where, "fleet_nodes", f"not a regular expression: {exc}") from None
     dry = data.get("dry_run", True)
     if not isinstance(dry, bool):
         raise _err(where, "dry_run", "must be true or false")
@@ -274,7 +288,8 @@ def parse_policy(data: Mapping[str, Any], where: str = "<policy>") -> Policy:
     return Policy(rules=rules, ladder=tuple(ladder), dry_run=dry,
                   healthy_delay_s=_num(data, "healthy_delay_s", 600.0, where, ""),
                   stale_after_s=_num(data, "stale_after_s", 120.0, where, "", lo=1.0),
-                  lemon=lemon, budget=_budget(data.get("budget", {}), where), source=where)
+                  lemon=lemon, budget=_budget(data.get("budget", {}), where), source=where,
+                  fleet_nodes=fleet)
 
 
 def loads_policy(text: str, where: str = "<policy>") -> Policy:

@@ -95,9 +95,16 @@ def assess(report: Report | None, policy: Policy, now: float) -> Assessment:
     return Assessment(Health.HEALTHY)
 
 
-def _facts(v: NodeView) -> NodeFacts:
+def silent(v: NodeView, policy: Policy, now: float) -> bool:
+    """No fresh report: the agent never reported or its last report is stale."""
+    return v.report is None or now - v.report.time > policy.stale_after_s
+
+
+def _facts(v: NodeView, policy: Policy, now: float) -> NodeFacts:
     jobs = v.sched.jobs if v.sched is not None else ()
-    return NodeFacts(v.name, v.unavailable, v.domains, jobs)
+    unavailable = v.unavailable
+    return NodeFacts(v.name, unavailable, v.domains, jobs,
+                     silent=not unavailable and silent(v, policy, now))
 
 
 def reconcile(fleet: FleetState, policy: Policy, now: float) -> Plan:
@@ -192,7 +199,8 @@ def reconcile(fleet: FleetState, policy: Policy, now: float) -> Plan:
 
     ledger: BudgetLedger | None = None
     if drain_wants and stop is None:
-        ledger = BudgetLedger.build((_facts(v) for v in fleet.nodes.values()), mem_in.buckets)
+        ledger = BudgetLedger.build((_facts(v, policy, now) for v in fleet.nodes.values()),
+                                    mem_in.buckets)
     buckets_ledger = ledger or BudgetLedger(0, 0, Counter(), Counter(), dict(mem_in.buckets))
 
     for _key, v, a, m in sorted(drain_wants, key=lambda t: t[0]):
@@ -212,7 +220,8 @@ def reconcile(fleet: FleetState, policy: Policy, now: float) -> Plan:
             verdict = stop
         else:
             assert ledger is not None
-            verdict = check_drain(ledger, policy.budget, _facts(v), now, fleet.job_tolerance)
+            verdict = check_drain(ledger, policy.budget, _facts(v, policy, now), now,
+                                  fleet.job_tolerance)
         if verdict.allowed:
             m = replace(m, drained_at=now, step=first, step_since=now, drains=(*recent, now),
                         lemon=lemon, last_hold=None, healthy_since=None)

@@ -26,6 +26,7 @@ from minutiae.controller.state import (
     ControllerMemory,
     Decision,
     FleetState,
+    Health,
     NodeView,
     Pause,
     Plan,
@@ -72,6 +73,8 @@ class Controller:
         self._sched: dict[str, tuple[NodeState | None, float]] = {}
         self._all_at = float("-inf")     # last time every node's scheduler state was read
         self._touched: set[str] = set()  # acted on: re-read at the next step
+        #: fleet nodes the scheduler knows (``all_states``), reported or not
+        self._known: set[str] = set()
         self.last_step: float | None = None
         for line in self.intake.load(store.load_reports()):
             self.problem(line)
@@ -117,46 +120,53 @@ class Controller:
         return self.intake.reports
 
     # ---- scheduler states ----------------------------------------------------------------
-    def _states(self, nodes: Collection[str], interesting: set[str], now: float
-                ) -> dict[str, NodeState | None]:
+    def _states(self, nodes: Collection[str], interesting: set[str], now: float,
+                everything: bool = False) -> dict[str, NodeState | None]:
         """Scheduler states of ``nodes`` (read with the backend's bulk ``states(nodes)`` when
         it has one) → state, or None for an interesting node whose state could not be read
-        (reconcile never acts on it; others keep their cached state)."""
+        (reconcile never acts on it; others keep their cached state). ``everything``: also
+        every fleet node the scheduler knows (``all_states``), reported or not."""
         failed: set[str] = set()
         need = list(nodes)
-        if need:
-            bulk = getattr(self.backend, "states", None)
-            if callable(bulk):
-                try:
-                    got: dict[str, NodeState] = bulk(need)
-                except BackendUnavailable as exc:
-                    self.problem(f"scheduler unreachable, not acting this step: {exc}")
-                    failed = set(need)
-                except MinutiaeError as exc:
-                    self.problem(f"scheduler states unknown this step: {exc}")
-                    failed = set(need)
+        bulk = getattr(self.backend, "states", None)
+        listing = getattr(self.backend, "all_states", None) if everything else None
+        if callable(listing) or (need and callable(bulk)):
+            try:
+                if callable(listing):
+                    got: dict[str, NodeState] = listing()
+                    self._known = {n for n in got if self.policy.in_fleet(n)}
+                    need = sorted(set(need) | self._known)
                 else:
-                    for n in need:
-                        if n in got:
-                            self._sched[n] = (got[n], now)
-                        else:
-                            failed.add(n)
-                            self._sched[n] = (None, now)
-                    if len(failed) < len(need) and failed:
-                        self.problem(f"scheduler does not know {len(failed)} reporting node(s): "
-                                     f"{', '.join(sorted(failed)[:5])}")
+                    assert callable(bulk)
+                    got = bulk(need)
+            except BackendUnavailable as exc:
+                self.problem(f"scheduler unreachable, not acting this step: {exc}")
+                failed = set(need)
+            except MinutiaeError as exc:
+                self.problem(f"scheduler states unknown this step: {exc}")
+                failed = set(need)
             else:
                 for n in need:
-                    try:
-                        self._sched[n] = (self.backend.state(n), now)
-                    except BackendUnavailable as exc:
-                        self.problem(f"scheduler unreachable, not acting this step: {exc}")
-                        failed.update(need[need.index(n):])
-                        break
-                    except MinutiaeError as exc:
-                        self.problem(f"scheduler state of {n} unknown: {exc}")
-                        self._sched[n] = (None, now)
+                    if n in got:
+                        self._sched[n] = (got[n], now)
+                    else:
                         failed.add(n)
+                        self._sched[n] = (None, now)
+                if len(failed) < len(need) and failed:
+                    self.problem(f"scheduler does not know {len(failed)} reporting node(s): "
+                                 f"{', '.join(sorted(failed)[:5])}")
+        elif need:
+            for n in need:
+                try:
+                    self._sched[n] = (self.backend.state(n), now)
+                except BackendUnavailable as exc:
+                    self.problem(f"scheduler unreachable, not acting this step: {exc}")
+                    failed.update(need[need.index(n):])
+                    break
+                except MinutiaeError as exc:
+                    self.problem(f"scheduler state of {n} unknown: {exc}")
+                    self._sched[n] = (None, now)
+                    failed.add(n)
         out: dict[str, NodeState | None] = {}
         for n in need:
             cached = self._sched.get(n)
@@ -187,19 +197,24 @@ class Controller:
         with self._mem_lock:
             mem = self.memory
             interesting = set(batch.interesting) | set(mem.nodes)
-            if now - self._all_at >= self.sched_ttl_s:
+            full = now - self._all_at >= self.sched_ttl_s
+            if full:
                 want: Collection[str] = sorted(reports)
                 self._all_at = now
             else:
                 touched, self._touched = self._touched, set()
                 want = sorted(n for n in interesting | touched | {
-                    n for n in batch.changed if n not in self._sched} if n in reports)
-            states = self._states(want, interesting, now)
+                    n for n in batch.changed if n not in self._sched}
+                    if n in reports or n in self._known)
+            states = self._states(want, interesting, now, everything=full)
             views = self._views
+            if full:  # nodes gone from the scheduler that never reported leave the fleet
+                for n in [n for n in views if n not in reports and n not in self._known]:
+                    del views[n]
             for n in batch.changed | states.keys():  # rebuild only the views that changed
                 v = views.get(n)
                 st = states.get(n, v.sched if v is not None else None)
-                views[n] = NodeView(n, reports[n], st, batch.domains.get(n, {}))
+                views[n] = NodeView(n, reports.get(n), st, batch.domains.get(n, {}))
             plan = reconcile(FleetState(dict(views), mem, self.scheduler,
                                         job_tolerance=dict(self._tolerance)), self.policy, now)
             ids = self.store.begin_batch(plan.memory, mem, plan.decisions, self.dry_run)
@@ -330,26 +345,31 @@ class Controller:
 
     # ---- views for the API ---------------------------------------------------------------
     def node_rows(self) -> list[dict[str, Any]]:
+        """Every fleet node: those that report, and those the scheduler knows that never did
+        (``silent``: no report, or a stale one)."""
         now = self.clock.now()
         with self._lock:
             reports = dict(self._reports)
             domains = dict(self.intake.domains)
         mem = self.memory
         rows = []
-        for n in sorted(reports):
-            r = reports[n]
+        for n in sorted(reports.keys() | self._known):
+            r = reports.get(n)
             a = assess(r, self.policy, now)
             st = self._sched.get(n, (None, 0.0))[0]
             if self.dry_run and n in self._overlay:
                 st = self._overlay[n]
             m = mem.nodes.get(n)
+            age = round(now - r.time, 3) if r is not None else None
             rows.append({
-                "node": n, "health": a.health.value, "status": r.status.label,
-                "report_age_s": round(now - r.time, 3), "findings": len(r.findings),
+                "node": n, "health": a.health.value, "status": r.status.label if r else None,
+                "report_age_s": age, "findings": len(r.findings) if r else 0,
+                "silent": age is None or age > self.policy.stale_after_s,
                 "sched": st.state.value if st else None, "reason": st.reason if st else None,
                 "ours": bool(st and st.ours), "step": m.step.label if m and m.step else None,
                 "lemon": bool(m and m.lemon), "domains": domains.get(n, {}),
-                "rule": a.rule or None})
+                "rule": a.rule or None, "why": None if a.health is not Health.UNKNOWN
+                else "; ".join(a.evidence)})
         return rows
 
     def status(self) -> dict[str, Any]:

@@ -19,6 +19,11 @@ def status_view(rows: Sequence[Mapping[str, Any]], *, dry_run: bool, scheduler: 
         "dry_run": dry_run, "scheduler": scheduler, "policy": policy, "nodes": len(rows),
         "health": health,
         "unavailable": sum(1 for r in rows if r["sched"] in ("drained", "draining", "down")),
+        # in service by the scheduler's word, but no fresh report (counted as unavailable by
+        # the safety budget)
+        "silent": sum(1 for r in rows if r.get("silent")
+                      and r["sched"] not in ("drained", "draining", "down")),
+        "never_reported": sum(1 for r in rows if r.get("report_age_s", 0) is None),
         "paused": None if pause is None else {"reason": pause.reason, "since": pause.since,
                                               "by": pause.by},
         "pending_actions": pending, "last_step": last_step, "counters": dict(counts),
@@ -38,6 +43,9 @@ def explain_view(node: str, row: Mapping[str, Any], history: list[dict[str, Any]
         why = f"drained by minutiae: rule {last['rule']}"
     elif hold:
         why = f"wanted to {hold['wanted']} but held: {hold['budget'].get('detail')}"
+    elif row.get("silent"):
+        why = ("silent: " + (row.get("why") or "no fresh report") + "; counted as unavailable "
+               "by the safety budget, never drained or resumed on it")
     else:
         why = f"{a.health.value}; no action in effect"
     return {"node": node, "why": why, "state": dict(row), "health": a.health.value,
