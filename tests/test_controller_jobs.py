@@ -64,6 +64,8 @@ def test_job_tolerance_from_the_api_is_stored_and_used_by_the_budget(world):
     (hold,) = [d for d in plan.decisions if d.action is Verb.HOLD]
     assert hold.node == "gpu003" and hold.budget.check == "job"
     assert hold.budget.detail == "job 77 already lost 2 node(s); it survives 2"
+    ex = client.get("/v1/nodes/gpu003/explain").json()   # the hold is audited afresh
+    assert ex["last_hold"]["budget"]["detail"] == "job 77 already lost 2 node(s); it survives 2"
     assert client.get("/v1/jobs").json() == {"tolerance": {"77": 2}, "default": 1}
     # kept in the store: a restarted controller uses it
     ctl2 = Controller(Store(tmp / "c.db"), backend, POLICY, clock)

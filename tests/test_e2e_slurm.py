@@ -24,6 +24,7 @@ POLICY = """
 dry_run = false
 healthy_delay_s = {delay}
 stale_after_s = 600
+fleet_nodes = "gpu0(09|[1-3][0-9]|40)"
 [[rule]]
 name = "app-xid-never-drains"
 kinds = ["xid"]
@@ -299,6 +300,30 @@ def test_kill9_mid_batch_loses_nothing_and_doubles_nothing(slurm, tmp_path):
     assert _drains_in_log(logfile, start) == {n: 1 for n in victims}  # slurmctld saw each once
 
 
+def test_silent_nodes_count_against_the_budget(slurm, tmp_path):
+    """30 of the 32 fleet nodes report (gpu039, gpu040 never do): with a 10 % budget (3 of
+    32) only one of three unhealthy nodes may go; the two silent ones are shown."""
+    with serve(tmp_path, slurm, frac=0.1) as ctl:
+        bad = ("gpu010", "gpu011", "gpu012")
+        for n in NODES[:30]:
+            post(ctl, n, [XID79] if n in bad else (), rack=f"r{n}")
+        wait_for(lambda: any(drained(slurm, n) for n in bad), what="one node drained")
+        time.sleep(1.5)
+        assert [n for n in bad if drained(slurm, n)] == ["gpu010"]
+        st = httpx.get(f"{ctl.url}/v1/status").json()
+        assert (st["nodes"], st["silent"], st["never_reported"]) == (32, 2, 2)
+        ex = httpx.get(f"{ctl.url}/v1/nodes/gpu011/explain").json()
+        assert ex["last_hold"]["budget"]["detail"] == (
+            "4/32 nodes unavailable (2 silent) would exceed max_unavailable_fraction 0.1 "
+            "(limit 3)")
+        out = subprocess.run([sys.executable, "-m", "minutiae.cli.main", "nodes",
+                              "--controller", ctl.url], capture_output=True, text=True,
+                             timeout=30).stdout
+        assert [ln.split()[0] for ln in out.splitlines() if "never!" in ln] == ["gpu039",
+                                                                                 "gpu040"]
+        assert "gpu041" not in out                                  # outside fleet_nodes
+
+
 def test_running_job_loses_at_most_what_it_survives(slurm, tmp_path):
     env = {**os.environ, "SLURM_CONF": slurm}
     out = subprocess.run(["sbatch", "--parsable", "-N", "3", "-w", "gpu030,gpu031,gpu032",
@@ -326,5 +351,16 @@ def test_running_job_loses_at_most_what_it_survives(slurm, tmp_path):
             assert ex["last_hold"]["budget"] == {
                 "allowed": False, "check": "job",
                 "detail": f"job {job} already lost 1 node(s); it survives 1"}
+            # the job's owner says it survives losing two: the API sets it, the budget uses it
+            r = _HTTP.put(f"{ctl.url}/v1/jobs/{job}/tolerance", json={"nodes": 2},
+                          headers=ctl.headers)
+            assert r.status_code == 200, r.text
+            wait_for(lambda: drained(slurm, "gpu031"), what="a second node of the job drained")
+            time.sleep(1.5)
+            assert [n for n in ("gpu030", "gpu031", "gpu032") if drained(slurm, n)] == [
+                "gpu030", "gpu031"]
+            ex = httpx.get(f"{ctl.url}/v1/nodes/gpu032/explain").json()
+            assert ex["last_hold"]["budget"]["detail"] == (f"job {job} already lost 2 node(s); "
+                                                           "it survives 2")
     finally:
         subprocess.run(["scancel", job], env=env, timeout=30)

@@ -247,7 +247,8 @@ def bench_decision(quick: bool) -> None:
                 .replace("max_unavailable_fraction = 0.10", "max_unavailable_fraction = 0.9")
                 .replace("per_minute = 10\n", "per_minute = 10000\n")
                 .replace("rack = 2", "rack = 100").replace("leaf = 4", "leaf = 100")
-                .replace("nvl_domain = 1", "nvl_domain = 100").replace("fraction = 0.10", "fraction = 1.0"))
+                .replace("nvl_domain = 1", "nvl_domain = 100").replace("fraction = 0.10", "fraction = 1.0")
+                .replace('fleet_nodes = ""', 'fleet_nodes = "gpu0(09|[1-3][0-9]|40)"'))
     with tempfile.TemporaryDirectory() as tmp:
         pol = Path(tmp) / "policy.toml"
         pol.write_text(pol_text)

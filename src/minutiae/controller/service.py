@@ -337,6 +337,11 @@ class Controller:
                 self._tolerance.pop(job, None)
             else:
                 self._tolerance[job] = nodes
+            # holds by the job check are decided afresh (and audited with the new numbers)
+            mem = self.memory
+            self.memory = replace(mem, nodes={
+                n: replace(m, last_hold=None) if m.last_hold == "job" else m
+                for n, m in mem.nodes.items()})
         self.wake.set()
 
     def tolerances(self) -> dict[str, int]:
