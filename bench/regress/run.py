@@ -1,7 +1,10 @@
 """Benchmark of the regression analyses on synthetic histories with known truth.
 
 Side by side, on the same series in one run:
-  ours      ruptures PELT (KernelCPD, least squares) + noise-aware confirmation (regress.toml)
+  ours      ruptures PELT (KernelCPD, least squares) + noise-aware confirmation, plus the online
+            CUSUM stage (regress.toml [online]); its alerts are the confirmed cuts of the whole
+            series AND every alarm the CUSUM raised while the series grew (what a monitor showed)
+  pelt      the change-point search alone (no online stage)
   edivisive E-Divisive means + permutation test (MongoDB's published method; p 0.05, 100 perms)
   mozilla   Perfherder t-test rule (12/12 windows, t > 7)
 Figures: alarms on pure-noise series %, false-positive alert groups % (alerts within 5 runs of
@@ -26,8 +29,9 @@ import numpy as np
 from scipy import stats
 
 from minutiae.analyses.attribution_rollouts import attribute_rollouts
-from minutiae.analyses.regress import detect_series, load_params
+from minutiae.analyses.regress import confirmed_cuts, detect_series, load_params
 from minutiae.analyses.regress_baselines import edivisive, mozilla_ttest
+from minutiae.analyses.regress_online import online_alarms
 from minutiae.analyses.regress_synth import FleetConfig, RolloutSpec, synth_fleet, synth_series
 from minutiae.history.rollouts import group_rollouts
 
@@ -40,13 +44,17 @@ def detectors(seed: int) -> dict[str, Callable[[np.ndarray], list[tuple[int, flo
     rng = np.random.default_rng(seed)
 
     def ours(y: np.ndarray) -> list[tuple[int, float]]:
-        return [(c.index, c.change) for c in detect_series(y, P)]
+        return ([(c.index, c.change) for c in detect_series(y, P)]
+                + [(a.index, a.change) for a in online_alarms(y, P.online)])
+
+    def pelt(y: np.ndarray) -> list[tuple[int, float]]:
+        return [(c.index, c.change) for c in confirmed_cuts(y, P)]
 
     def _sign(y: np.ndarray, cuts: list[int]) -> list[tuple[int, float]]:
         b = [0, *cuts, y.size]
         return [(c, float(np.mean(y[c:b[i + 2]]) - np.mean(y[b[i]:c]))) for i, c in enumerate(cuts)]
 
-    return {"ours": ours,
+    return {"ours": ours, "pelt": pelt,
             "edivisive": lambda y: _sign(y, edivisive(y, rng)),
             "mozilla": lambda y: _sign(y, mozilla_ttest(y))}
 
@@ -217,7 +225,7 @@ def main() -> int:
     n_series, n_delay, fleets = (60, 15, 3) if a.quick else (120, 30, 6)
     if a.part == "scale":
         return scale()
-    names = ("ours", "edivisive", "mozilla")
+    names = ("ours", "pelt", "edivisive", "mozilla")
     print(f"regress bench: {a.repeats} repeats; {n_series} series x 120 runs per noise level "
           f"(1/3 no change, 1/3 one, 1/3 two shifts of {', '.join(f'{s:+.0%}' for s in SIZES)}); "
           "outlier runs +5..30 %; median [min–max] over repeats")
@@ -239,7 +247,7 @@ def main() -> int:
             print(f"{n:10} {med(rows[n]['noise_alarm_pct']):>23} {med(rows[n]['fp_groups_pct']):>23} "
                   f"{med(rows[n]['missed_pct']):>23} {float(np.median(d)):>18.1f} "
                   f"{100 * float(np.mean(d <= 5)):>11.0f} {med(rows[n]['ms_per_series']):>22}")
-        for base in ("edivisive", "mozilla"):
+        for base in ("pelt", "edivisive", "mozilla"):
             print(f"  ours vs {base}: " + ", ".join(
                 f"{k} {ratio(rows['ours'][k], rows[base][k])}" for k in ("fp_groups_pct", "missed_pct", "ms_per_series"))
                 + f", delay {ratio([float(np.median(dl['ours']))], [float(np.median(dl[base]))])}")

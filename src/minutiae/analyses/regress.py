@@ -7,6 +7,10 @@ linear kernel, i.e. the least-squares cost, C implementation) under a penalty of
 ``penalty``·sigma²·ln n; then confirm each cut with a z-test of the adjacent segment means using the
 series-wide sigma (noise-aware: a 3-run segment is judged against the noise of the whole series),
 dropping the weakest failing cut and re-testing until all pass ``alpha`` and ``min_change``.
+
+A second, online stage (``regress_online``: a one-sided CUSUM, the fastest test of a shift of
+known size) watches the newest runs: a regression it raised that the search cannot confirm yet
+(too few runs after it) is reported as ``young``, with the p-value of the runs since it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import math
 import tomllib
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import Enum
 from importlib import resources
 from typing import Any
 
@@ -24,6 +29,7 @@ import numpy.typing as npt
 import ruptures as rpt
 from scipy import stats
 
+from minutiae.analyses.regress_online import OnlineParams, online_alarms, open_alarm
 from minutiae.errors import ConfigError
 from minutiae.history.record import RunRecord
 
@@ -41,6 +47,16 @@ class DetectorParams:
     min_change: float = 0.005
     winsor: float = 3.0
     window: int = 5
+    online: OnlineParams = OnlineParams()
+
+
+class Stage(Enum):
+    """``confirmed``: a cut of the change-point search that passed its z-test (p < alpha).
+    ``young``: a regression the online CUSUM raised among the newest runs that the search cannot
+    confirm yet; its p-value (runs since it against the level before) says how sure it is."""
+
+    CONFIRMED = "confirmed"
+    YOUNG = "young"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +83,7 @@ class ChangePoint:
     before_s: float
     after_s: float
     sigma: float
+    stage: Stage = Stage.CONFIRMED
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +92,7 @@ class ChangePoint:
             "confidence": round(self.confidence, 6), "index": self.index,
             "n_before": self.n_before, "n_after": self.n_after,
             "before": self.before_s, "after": self.after_s, "noise": round(self.sigma, 6),
+            "stage": self.stage.value,
         }
 
 
@@ -87,6 +105,7 @@ class Cut:
     p_value: float
     n_before: int
     n_after: int
+    stage: Stage = Stage.CONFIRMED
 
 
 def load_params(text: str | None = None) -> DetectorParams:
@@ -100,7 +119,7 @@ def load_params(text: str | None = None) -> DetectorParams:
     det = data.get("detector")
     if not isinstance(det, dict):
         raise ConfigError("regress.toml: missing [detector] table")
-    fields = DetectorParams.__dataclass_fields__
+    fields = set(DetectorParams.__dataclass_fields__) - {"online"}   # its own [online] table
     unknown = set(det) - set(fields)
     if unknown:
         raise ConfigError(f"regress.toml: unknown key(s) {', '.join(sorted(unknown))}")
@@ -111,7 +130,23 @@ def load_params(text: str | None = None) -> DetectorParams:
     if not (p.penalty > 0 and p.min_size >= 2 and 0 < p.alpha < 1 and p.min_change >= 0
             and p.winsor > 0 and p.window >= 1):
         raise ConfigError(f"regress.toml: out-of-range value in {p}")
-    return p
+    return replace(p, online=_online_params(data.get("online", {})))
+
+
+def _online_params(raw: object) -> OnlineParams:
+    if not isinstance(raw, dict):
+        raise ConfigError("regress.toml: [online] must be a table")
+    unknown = set(raw) - set(OnlineParams.__dataclass_fields__)
+    if unknown:
+        raise ConfigError(f"regress.toml: [online] unknown key(s) {', '.join(sorted(unknown))}")
+    try:
+        o = OnlineParams(**{k: type(getattr(OnlineParams(), k))(v) for k, v in raw.items()})
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"regress.toml: [online] {exc}") from None
+    if not (o.k > 0 and o.h > 0 and o.clip > o.k and o.outlier >= o.clip and o.warmup >= 3
+            and o.min_change >= 0 and o.hold >= 1 and 0 < o.alpha < 1):
+        raise ConfigError(f"regress.toml: [online] out-of-range value in {o}")
+    return o
 
 
 def robust_sigma(y: F64) -> float:
@@ -147,7 +182,33 @@ def _test(w: F64, lo: int, k: int, hi: int, sigma: float) -> tuple[float, float]
 
 
 def detect_series(y: F64, params: DetectorParams, sigma: float | None = None) -> list[Cut]:
-    """Confirmed cuts in a log-step-time series ``y`` (time-ordered)."""
+    """Cuts in a log-step-time series ``y`` (time-ordered): the confirmed ones, then a young
+    regression the online stage raised among the newest runs, if the search has not confirmed it."""
+    s = robust_sigma(y) if sigma is None else sigma
+    cuts = confirmed_cuts(y, params, s)
+    young = _young(y, params, s, cuts)
+    return sorted([*cuts, young], key=lambda c: c.index) if young else cuts
+
+
+def _young(y: F64, params: DetectorParams, sigma: float, cuts: list[Cut]) -> Cut | None:
+    o = params.online
+    a = open_alarm(online_alarms(y, o), int(y.size), o)
+    if a is None or any(c.index > a.index + params.window
+                        or (abs(c.index - a.index) <= params.window and c.change > 0) for c in cuts):
+        return None
+    lo = max([0, *(c.index for c in cuts if c.index <= a.index - params.min_size)])
+    w = winsorise(y, sigma, params)
+    if a.index - lo < params.min_size:
+        return None
+    diff, p2 = _test(w, lo, a.index, int(y.size), sigma)
+    p = p2 / 2.0 if diff > 0 else 1.0 - p2 / 2.0      # one-sided: slower
+    if p >= o.alpha or math.expm1(diff) < o.min_change:
+        return None                                   # the runs since went back: no longer a regression
+    return Cut(a.index, math.expm1(diff), p, a.index - lo, int(y.size) - a.index, Stage.YOUNG)
+
+
+def confirmed_cuts(y: F64, params: DetectorParams, sigma: float | None = None) -> list[Cut]:
+    """Confirmed cuts of the change-point search in ``y`` (time-ordered)."""
     n = int(y.size)
     if n < 2 * params.min_size:
         return []
@@ -228,7 +289,7 @@ def find_change_points(runs: Sequence[RunRecord], params: DetectorParams | None 
                 signature=sig, index=c.index, run_id=first.run_id, time=first.time, change=c.change,
                 p_value=c.p_value, confidence=1.0 - c.p_value, n_before=c.n_before, n_after=c.n_after,
                 before_s=float(np.median(vals[bounds[i]:c.index])),
-                after_s=float(np.median(vals[c.index:bounds[i + 2]])), sigma=sigma))
+                after_s=float(np.median(vals[c.index:bounds[i + 2]])), sigma=sigma, stage=c.stage))
     return sorted(out, key=lambda c: (-c.time, c.signature))
 
 
