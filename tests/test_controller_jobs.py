@@ -8,7 +8,10 @@ from dataclasses import replace
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 
+from minutiae.actions.slurm import parse_job_tolerances
 from minutiae.controller.api import make_app
 from minutiae.controller.policy import load_policy
 from minutiae.controller.service import Controller
@@ -66,7 +69,8 @@ def test_job_tolerance_from_the_api_is_stored_and_used_by_the_budget(world):
     assert hold.budget.detail == "job 77 already lost 2 node(s); it survives 2"
     ex = client.get("/v1/nodes/gpu003/explain").json()   # the hold is audited afresh
     assert ex["last_hold"]["budget"]["detail"] == "job 77 already lost 2 node(s); it survives 2"
-    assert client.get("/v1/jobs").json() == {"tolerance": {"77": 2}, "default": 1}
+    assert client.get("/v1/jobs").json() == {"tolerance": {"77": 2}, "from_scheduler": {},
+                                             "default": 1}
     # kept in the store: a restarted controller uses it
     ctl2 = Controller(Store(tmp / "c.db"), backend, POLICY, clock)
     assert ctl2.tolerances() == {"77": 2}
@@ -127,3 +131,45 @@ def test_unusable_timings_are_kept_and_say_why_no_run_was_recorded(world):
         assert runs.count() == 0
     assert client.post("/v1/timings", json={"job": "a b", "steps": []},
                        headers=AUTH).status_code == 422
+
+
+def test_slurm_job_comments_give_tolerances():
+    text = ("4242|minutiae:tolerance=2\n4243|(null)\n4244|ckpt hourly, minutiae:tolerance=0\n"
+            "4245_3|minutiae:tolerance=5 owner=ml\n4246|xminutiae:tolerance=9\n"
+            "4247|minutiae:tolerance=-1\nnot-a-job|minutiae:tolerance=1\n4248\n")
+    assert parse_job_tolerances(text) == {"4242": 2, "4244": 0, "4245_3": 5}
+
+
+@given(st.text())
+def test_job_comment_parser_never_crashes(text):
+    for job, n in parse_job_tolerances(text).items():
+        assert job.replace("_", "").isdigit() and n >= 0
+
+
+class TolerantBackend(RecordingBackend):
+    """The recording fake plus a scheduler that knows jobs' own tolerance."""
+
+    def job_tolerances(self):
+        return {"77": 2}
+
+
+def test_the_schedulers_job_tolerance_is_used_and_the_api_overrides_it(tmp_path):
+    clock = FakeClock()
+    backend = TolerantBackend(name="slurm")
+    for i in range(1, 31):
+        n = f"gpu{i:03d}"
+        backend.add_node(n, jobs=("77",) if n in JOB_NODES else ())
+    ctl = Controller(Store(tmp_path / "c.db"), backend, POLICY, clock)
+    client = TestClient(make_app(ctl, TOKEN))
+    for i in range(1, 31):
+        n = f"gpu{i:03d}"
+        client.post("/v1/reports", json=report(n, [XID79] if n in JOB_NODES else ()),
+                    headers=AUTH)
+    ctl.step()
+    assert drained(backend) == ["gpu001", "gpu002"]
+    assert client.get("/v1/jobs").json() == {"tolerance": {}, "from_scheduler": {"77": 2},
+                                             "default": 1}
+    client.put("/v1/jobs/77/tolerance", json={"nodes": 3}, headers=AUTH)
+    clock.advance(5)
+    ctl.step()
+    assert drained(backend) == ["gpu001", "gpu002", "gpu003"]

@@ -366,3 +366,37 @@ def test_running_job_loses_at_most_what_it_survives(slurm, tmp_path):
                                                            "it survives 2")
     finally:
         subprocess.run(["scancel", job], env=env, timeout=30)
+
+
+def test_a_jobs_slurm_comment_sets_its_tolerance(slurm, tmp_path):
+    from minutiae.actions.slurm import parse_job_tolerances
+
+    env = {**os.environ, "SLURM_CONF": slurm}
+    out = subprocess.run(["sbatch", "--parsable", "-N", "3", "-w", "gpu034,gpu035,gpu036",
+                          "--comment", "minutiae:tolerance=2", "-o", "/dev/null", "--wrap",
+                          "sleep 300"], capture_output=True, text=True, env=env, timeout=30)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    try:
+        def listed():
+            q = subprocess.run(["squeue", "-h", "-t", "R,CG", "-o", "%i|%k"],
+                               capture_output=True, text=True, env=env, timeout=30).stdout
+            return parse_job_tolerances(q).get(job) == 2
+        wait_for(listed, what=f"job {job} running with its comment")   # the real format
+        with serve(tmp_path, slurm) as ctl:
+            for n in NODES:
+                post(ctl, n, rack=f"r{n}")
+            for n in ("gpu034", "gpu035", "gpu036"):
+                post(ctl, n, [XID79], rack=f"r{n}")
+            wait_for(lambda: sum(bool(drained(slurm, n)) for n in ("gpu034", "gpu035",
+                                                                   "gpu036")) == 2,
+                     what="two nodes of the job drained")
+            time.sleep(1.5)
+            assert [n for n in ("gpu034", "gpu035", "gpu036") if drained(slurm, n)] == [
+                "gpu034", "gpu035"]
+            assert httpx.get(f"{ctl.url}/v1/jobs").json()["from_scheduler"] == {job: 2}
+            ex = httpx.get(f"{ctl.url}/v1/nodes/gpu036/explain").json()
+            assert ex["last_hold"]["budget"]["detail"] == (f"job {job} already lost 2 node(s); "
+                                                           "it survives 2")
+    finally:
+        subprocess.run(["scancel", job], env=env, timeout=30)

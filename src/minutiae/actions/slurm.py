@@ -80,6 +80,25 @@ class SlurmNode:
     extra: str | None
 
 
+_TOLERANCE = re.compile(r"(?:^|[\s,;])minutiae:tolerance=(\d{1,6})(?=$|[\s,;])")
+
+
+def parse_job_tolerances(text: str) -> dict[str, int]:
+    """``squeue -h -o '%i|%k'`` (job id | comment) → job → nodes it survives losing, for jobs
+    whose comment holds ``minutiae:tolerance=N`` (set with ``sbatch --comment``). Lines that do
+    not parse are skipped (pure; never raises)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        job, sep, comment = line.partition("|")
+        job = job.strip()
+        if not sep or not re.fullmatch(r"[0-9]+(?:_[0-9]+)?", job):
+            continue
+        m = _TOLERANCE.search(comment.strip())
+        if m:
+            out[job] = int(m.group(1))
+    return out
+
+
 def parse_show_node(line: str) -> SlurmNode:
     """Parse one line of ``scontrol show node -o NAME`` (Slurm 20.11–24.x layouts)."""
     text = line.strip()
@@ -265,6 +284,11 @@ class SlurmBackend:
         res = self._run([self.scontrol, "show", "node", "-o"])
         return self.states([parse_show_node(ln).name for ln in res.stdout.splitlines()
                             if ln.startswith("NodeName=")])
+
+    def job_tolerances(self) -> dict[str, int]:
+        """Running jobs' own tolerance (``sbatch --comment minutiae:tolerance=N``)."""
+        res = self._run([self.squeue, "-h", "-t", "R,CG", "-o", "%i|%k"])
+        return parse_job_tolerances(res.stdout)
 
     def annotate(self, node: str, key: str, value: str) -> None:
         """Set ``minutiae.<key>=<value>`` in the node's ``Extra`` (other content kept)."""

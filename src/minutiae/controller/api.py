@@ -193,6 +193,7 @@ def make_app(controller: Controller, token: str,
     @app.get("/v1/jobs", summary="Per-job tolerances set through the API")
     async def jobs() -> dict[str, Any]:
         return {"tolerance": controller.tolerances(),
+                "from_scheduler": controller.scheduler_tolerances(),
                 "default": controller.policy.budget.per_job_max_nodes}
 
     @app.post("/v1/pause", dependencies=[Depends(auth)], summary="Stop acting (with a reason)")

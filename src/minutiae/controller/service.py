@@ -22,6 +22,7 @@ from minutiae.controller.intake import Intake
 from minutiae.controller.notify_base import Notifier
 from minutiae.controller.policy import Policy
 from minutiae.controller.reconcile import assess, reconcile, with_pause
+from minutiae.controller.sched_read import read_states
 from minutiae.controller.state import (
     ControllerMemory,
     Decision,
@@ -81,6 +82,8 @@ class Controller:
         self.memory: ControllerMemory = store.load_memory()
         #: job → nodes it survives losing, set through the API (else the policy's default)
         self._tolerance: dict[str, int] = store.tolerances()
+        #: job → tolerance the scheduler's job metadata gives (the API's value wins)
+        self._sched_tolerance: dict[str, int] = {}
         self._overlay: dict[str, NodeState] = {
             n: NodeState(n, NodeSchedState.DRAINED, reason=r, ours=True)
             for n, r in (store.get_kv("dry_overlay") or {}).items()}
@@ -126,47 +129,13 @@ class Controller:
         it has one) → state, or None for an interesting node whose state could not be read
         (reconcile never acts on it; others keep their cached state). ``everything``: also
         every fleet node the scheduler knows (``all_states``), reported or not."""
-        failed: set[str] = set()
-        need = list(nodes)
-        bulk = getattr(self.backend, "states", None)
-        listing = getattr(self.backend, "all_states", None) if everything else None
-        if callable(listing) or (need and callable(bulk)):
-            try:
-                if callable(listing):
-                    got: dict[str, NodeState] = listing()
-                    self._known = {n for n in got if self.policy.in_fleet(n)}
-                    need = sorted(set(need) | self._known)
-                else:
-                    assert callable(bulk)
-                    got = bulk(need)
-            except BackendUnavailable as exc:
-                self.problem(f"scheduler unreachable, not acting this step: {exc}")
-                failed = set(need)
-            except MinutiaeError as exc:
-                self.problem(f"scheduler states unknown this step: {exc}")
-                failed = set(need)
-            else:
-                for n in need:
-                    if n in got:
-                        self._sched[n] = (got[n], now)
-                    else:
-                        failed.add(n)
-                        self._sched[n] = (None, now)
-                if len(failed) < len(need) and failed:
-                    self.problem(f"scheduler does not know {len(failed)} reporting node(s): "
-                                 f"{', '.join(sorted(failed)[:5])}")
-        elif need:
-            for n in need:
-                try:
-                    self._sched[n] = (self.backend.state(n), now)
-                except BackendUnavailable as exc:
-                    self.problem(f"scheduler unreachable, not acting this step: {exc}")
-                    failed.update(need[need.index(n):])
-                    break
-                except MinutiaeError as exc:
-                    self.problem(f"scheduler state of {n} unknown: {exc}")
-                    self._sched[n] = (None, now)
-                    failed.add(n)
+        got = read_states(self.backend, list(nodes), everything=everything,
+                          in_fleet=self.policy.in_fleet, problem=self.problem)
+        if got.known is not None:
+            self._known = set(got.known)
+        need, failed = sorted(got.states.keys() | got.failed), got.failed
+        for n, st in got.states.items():
+            self._sched[n] = (st, now)
         out: dict[str, NodeState | None] = {}
         for n in need:
             cached = self._sched.get(n)
@@ -207,6 +176,8 @@ class Controller:
                     n for n in batch.changed if n not in self._sched}
                     if n in reports or n in self._known)
             states = self._states(want, interesting, now, everything=full)
+            if full:
+                self._read_job_tolerances()
             views = self._views
             if full:  # nodes gone from the scheduler that never reported leave the fleet
                 for n in [n for n in views if n not in reports and n not in self._known]:
@@ -215,8 +186,8 @@ class Controller:
                 v = views.get(n)
                 st = states.get(n, v.sched if v is not None else None)
                 views[n] = NodeView(n, reports.get(n), st, batch.domains.get(n, {}))
-            plan = reconcile(FleetState(dict(views), mem, self.scheduler,
-                                        job_tolerance=dict(self._tolerance)), self.policy, now)
+            plan = reconcile(FleetState(dict(views), mem, self.scheduler, job_tolerance={
+                **self._sched_tolerance, **self._tolerance}), self.policy, now)
             ids = self.store.begin_batch(plan.memory, mem, plan.decisions, self.dry_run)
             self.memory = plan.memory
         acting = [d for d in plan.decisions if d.action is not Verb.HOLD]
@@ -347,6 +318,20 @@ class Controller:
     def tolerances(self) -> dict[str, int]:
         with self._mem_lock:
             return dict(self._tolerance)
+
+    def scheduler_tolerances(self) -> dict[str, int]:
+        return dict(self._sched_tolerance)
+
+    def _read_job_tolerances(self) -> None:
+        """Jobs' own tolerance from the scheduler (Slurm: ``--comment
+        minutiae:tolerance=N``), when the backend can tell; the API's value wins."""
+        read = getattr(self.backend, "job_tolerances", None)
+        if not callable(read):
+            return
+        try:
+            self._sched_tolerance = dict(read())
+        except MinutiaeError as exc:  # keep the last known values
+            self.problem(f"job tolerances from the scheduler unknown this step: {exc}")
 
     # ---- views for the API ---------------------------------------------------------------
     def node_rows(self) -> list[dict[str, Any]]:

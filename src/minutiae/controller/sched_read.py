@@ -1,0 +1,69 @@
+"""Reading scheduler states for a reconcile step (the controller caches them): the backend's
+bulk ``states(nodes)`` when it has one, else ``state(node)`` one by one; with ``everything``,
+``all_states()`` (every node the scheduler knows) when the backend can list its nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from minutiae.actions.base import NodeState, SchedulerBackend
+from minutiae.errors import BackendUnavailable, MinutiaeError
+
+
+@dataclass(frozen=True, slots=True)
+class StatesRead:
+    """``states`` read (None: the scheduler does not know the node), ``failed`` nodes whose
+    state could not be read, ``known`` the fleet nodes the scheduler listed (None: not
+    listed this time)."""
+
+    states: dict[str, NodeState | None]
+    failed: frozenset[str]
+    known: frozenset[str] | None
+
+
+def read_states(backend: SchedulerBackend, nodes: Sequence[str], *, everything: bool,
+                in_fleet: Callable[[str], bool], problem: Callable[[str], None]) -> StatesRead:
+    """States of ``nodes`` (plus the listed fleet with ``everything``); says what it could not
+    read through ``problem``, never raises for a scheduler problem."""
+    failed: set[str] = set()
+    need = list(nodes)
+    out: dict[str, NodeState | None] = {}
+    known: frozenset[str] | None = None
+    bulk = getattr(backend, "states", None)
+    listing = getattr(backend, "all_states", None) if everything else None
+    if callable(listing) or (need and callable(bulk)):
+        try:
+            if callable(listing):
+                got: dict[str, NodeState] = listing()
+                known = frozenset(n for n in got if in_fleet(n))
+                need = sorted(set(need) | known)
+            else:
+                assert callable(bulk)
+                got = bulk(need)
+        except BackendUnavailable as exc:
+            problem(f"scheduler unreachable, not acting this step: {exc}")
+            return StatesRead({}, frozenset(need), None)
+        except MinutiaeError as exc:
+            problem(f"scheduler states unknown this step: {exc}")
+            return StatesRead({}, frozenset(need), None)
+        for n in need:
+            out[n] = got.get(n)
+            if n not in got:
+                failed.add(n)
+        if len(failed) < len(need) and failed:
+            problem(f"scheduler does not know {len(failed)} reporting node(s): "
+                    f"{', '.join(sorted(failed)[:5])}")
+        return StatesRead(out, frozenset(failed), known)
+    for i, n in enumerate(need):
+        try:
+            out[n] = backend.state(n)
+        except BackendUnavailable as exc:
+            problem(f"scheduler unreachable, not acting this step: {exc}")
+            failed.update(need[i:])
+            break
+        except MinutiaeError as exc:
+            problem(f"scheduler state of {n} unknown: {exc}")
+            out[n] = None
+            failed.add(n)
+    return StatesRead(out, frozenset(failed), None)
