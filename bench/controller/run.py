@@ -207,21 +207,26 @@ def bench_ingest(quick: bool) -> None:
             bad = sum(r["non2xx"] + r["errors"] for r in runs)
             print(f"{name:<11} {med['rate']:7.0f} req/s  p50 {med['p50_us'] / 1e3:6.1f} ms  "
                   f"p99 {med['p99_us'] / 1e3:6.1f} ms  errors {bad}  (ratio to echo "
-                  f"{med['rate'] / closed['echo']:.2f})")
+                  f"{med['rate'] / closed['echo']:.2f})", flush=True)
         print("-- open loop (raw asyncio generator, 64 connections, latency from the scheduled "
               "send time; median of 3 runs) --")
+        server = psutil.Process(ctl.proc.pid)
         for rate in ((2000.0,) if quick else (1000.0, 2000.0, 3000.0)):
             res = {}
             for name, path, _, bodies in kinds:
-                runs = [run_async(raw_load(ctl.url, path, rate, secs, 64, bodies))
-                        for _ in range(3)]
+                runs, cpu = [], []
+                for _ in range(3):
+                    c0, w0 = sum(server.cpu_times()[:2]), time.perf_counter()
+                    runs.append(run_async(raw_load(ctl.url, path, rate, secs, 64, bodies)))
+                    cpu.append((sum(server.cpu_times()[:2]) - c0) / (time.perf_counter() - w0))
                 res[name] = {"rate": statistics.median(r for r, _, _ in runs),
                              "p50": statistics.median(pct(ls, 50) for _, ls, _ in runs),
                              "p99": statistics.median(pct(ls, 99) for _, ls, _ in runs)}
                 print(f"{rate:5.0f}/s {name:<11} achieved {res[name]['rate']:6.0f}/s  p50 "
                       f"{1e3 * res[name]['p50']:7.1f} ms  p99 {1e3 * res[name]['p99']:7.1f} ms  "
-                      f"errors {sum(e for *_, e in runs)}  (p99 ratio to echo "
-                      f"{res[name]['p99'] / res['echo']['p99']:.2f})")
+                      f"server CPU {100 * statistics.median(cpu):3.0f} % of a core  errors "
+                      f"{sum(e for *_, e in runs)}  (p99 ratio to echo "
+                      f"{res[name]['p99'] / res['echo']['p99']:.2f})", flush=True)
         st = httpx.get(f"{ctl.url}/v1/status", timeout=30).json()
         print(f"controller: {st['nodes']} nodes, {st['counters']['reports']} reports accepted, "
               f"{st['counters']['rejected']} rejected, {st['counters']['steps']} reconcile steps")
@@ -387,7 +392,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["ingest", "decision", "replay", "agent"])
     a = ap.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; python "
-          f"{sys.version.split()[0]}")
+          f"{sys.version.split()[0]}", flush=True)
     for name, fn in (("ingest", bench_ingest), ("decision", bench_decision),
                      ("replay", bench_replay), ("agent", bench_agent)):
         if a.only in (None, name):
