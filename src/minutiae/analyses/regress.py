@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import tomllib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from importlib import resources
@@ -273,12 +273,16 @@ def size_normalised(series: Sequence[RunRecord]) -> F64:
 
 
 def find_change_points(runs: Sequence[RunRecord], params: DetectorParams | None = None,
-                       ) -> list[ChangePoint]:
-    """Change points of every signature with enough runs, most recent first."""
+                       offsets: Mapping[str, float] | None = None) -> list[ChangePoint]:
+    """Change points of every signature with enough runs, most recent first. ``offsets``: run_id →
+    ln-step-time taken out before the search (``regress_nodes``: what a run's slow node explains);
+    ``before``/``after`` stay the runs' measured step times."""
     p = params or load_params()
     out: list[ChangePoint] = []
     for sig, series in group_series(runs).items():
         y = size_normalised(series)
+        if offsets:
+            y -= np.fromiter((offsets.get(r.run_id, 0.0) for r in series), dtype=np.float64, count=len(series))
         sigma = robust_sigma(y)
         vals = np.fromiter((r.value for r in series), dtype=np.float64, count=len(series))
         cuts = detect_series(y, p, sigma)

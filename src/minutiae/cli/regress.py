@@ -17,11 +17,15 @@ from minutiae.cli.regress_common import emit_json, history_options, load, make_c
               help="rollouts.csv (time,node,attr,old,new); default: rollouts.csv beside --runs if "
                    "present, else rollouts inferred from the runs' version columns")
 @click.option("--top", default=40, show_default=True, help="change points shown in the table (JSON: all)")
+@click.option("--no-node-adjust", "no_node_adjust", is_flag=True,
+              help="search the measured step times as they are (default: first take out of each run "
+                   "the slowdown its slowest node explains, fitted across the fleet)")
 def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool, job: str | None,
-            rollouts_path: Path | None, prom: str | None, top: int) -> None:
+            rollouts_path: Path | None, prom: str | None, top: int, no_node_adjust: bool) -> None:
     """Find lasting changes in each signature's step time, and which rollout caused fleet changes."""
     from minutiae.analyses.attribution_rollouts import attribute_rollouts
-    from minutiae.analyses.regress import find_change_points, series_noise
+    from minutiae.analyses.regress import Stage, find_change_points, series_noise
+    from minutiae.analyses.regress_nodes import NodeAdjustment, node_penalties
     from minutiae.history.rollouts import group_rollouts
     from minutiae.sources.runs_file import read_rollouts
 
@@ -34,7 +38,8 @@ def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool
         changes, more = read_rollouts(rollouts_path)
         issues += more
         rollouts = group_rollouts(changes)
-    cps = find_change_points(history.runs)
+    adj = NodeAdjustment({}, {}, float("nan"), float("nan")) if no_node_adjust else node_penalties(history.runs)
+    cps = find_change_points(history.runs, offsets=adj.penalty)
     verdicts = attribute_rollouts(history.runs, rollouts)
     noise = series_noise(history.runs)
     if as_json:
@@ -45,6 +50,7 @@ def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool
             "series": [{"signature": s, "runs": n, "noise": None if v != v else round(v, 6)}
                        for s, (n, v) in sorted(noise.items())],
             "rollouts": [v.to_json() for v in verdicts],
+            "node_adjustment": None if no_node_adjust else adj.to_json(),
             "issues": [i.to_json() for i in issues],
         })
         return
@@ -55,10 +61,15 @@ def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool
         t.add_column(col)
     for c in cps[:top]:
         style = "red" if c.change > 0 else "green"
+        young = " (young)" if c.stage is Stage.YOUNG else ""
         t.add_row(c.signature, c.run_id, when(c.time), f"[{style}]{pct(c.change)}[/]",
-                  f"{c.confidence:.4f}", f"{c.n_before}/{c.n_after}",
+                  f"{c.confidence:.4f}{young}", f"{c.n_before}/{c.n_after}",
                   f"{c.before_s:.4g} → {c.after_s:.4g}", pct(c.sigma, signed=False))
     console.print(t if cps else "No lasting change in any signature's step time.")
+    if adj.slow_nodes:
+        console.print(f"Slow nodes taken out of {len(adj.penalty)} runs before the search: " + ", ".join(
+            f"{n} {pct(e)} ({k} runs)" for n, (k, e) in sorted(adj.slow_nodes.items(), key=lambda kv: -kv[1][1])[:8]),
+            highlight=False)
     if len(cps) > top:
         console.print(f"… {len(cps) - top} older change points (--top, --json)")
     rt = Table(title=f"Rollouts tested as causes (from {rollouts_path or 'the runs version columns'})")
