@@ -18,7 +18,8 @@ from minutiae.sim.report_text import console, scorecard
 @click.option("--detector", "detectors", multiple=True,
               type=click.Choice([d.name for d in DETECTORS]), help="only these detectors")
 @click.option("--jobs", type=click.IntRange(1, 64), default=None,
-              help="run the detectors in N worker processes (default 1: in this process)")
+              help="run the detectors in N worker processes (default: 2 from 100 node-days on, "
+                   "else 1: in this process)")
 def command(directory: Path, as_json: bool, detectors: tuple[str, ...], jobs: int | None) -> None:
     """Score minutiae's detectors against DIRECTORY's truth.jsonl (a `minutiae sim` dataset)."""
     ev = evaluate(directory, detectors or None, jobs=jobs)

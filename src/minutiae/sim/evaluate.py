@@ -6,6 +6,7 @@ operator running the whole of minutiae would see); each detector also gets its o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,9 +63,21 @@ class Evaluation:
         }
 
 
+#: from this many node-days on, eval runs its detectors in ``min(2, CPUs)`` worker processes
+#: (clean forkserver workers: no thread pool is inherited); below, in this process (a worker's
+#: start and imports cost more than a small dataset's detectors)
+PARALLEL_NODE_DAYS = 100.0
+
+
+def default_jobs(ds: Dataset) -> int:
+    return min(2, os.cpu_count() or 1) if ds.node_days >= PARALLEL_NODE_DAYS else 1
+
+
 def evaluate(root: Path | str, detectors: Iterable[str] | None = None,
              progress: Callable[[str], None] | None = None, jobs: int | None = None) -> Evaluation:
+    """``jobs``: worker processes for the detectors (None: ``default_jobs``; 1: this process)."""
     ds = load_dataset(root)
+    jobs = default_jobs(ds) if jobs is None else jobs
     params = ScoreParams.from_cost(ds.meta.get("cost", {}), ds.gpus)
     results = tuple(run_detectors(ds, detectors, progress, jobs))
     cards = tuple(score(ds.truth, r.detections, ds.node_days, params, r.name)
