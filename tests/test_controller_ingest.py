@@ -111,7 +111,10 @@ def test_fast_path_keeps_limits_and_messages(tmp_path):
     assert client.post("/v1/pause", content=b" " * (MAX_BODY + 1),
                        headers=AUTH).status_code == 413
     assert client.get("/v1/status").status_code == 200
+    ctl.step()
     m = client.get("/metrics").text
+    assert "minutiae_controller_step_seconds " in m
+    assert ctl.status()["counters"]["last_step_ms"] >= 0
     assert 'minutiae_controller_refused_total{why="too_large"} 2.0' in m
     assert 'minutiae_controller_refused_total{why="token"} 1.0' in m
     assert 'minutiae_controller_refused_total{why="DataError"} 3.0' in m

@@ -228,8 +228,10 @@ def bench_ingest(quick: bool) -> None:
                       f"{sum(e for *_, e in runs)}  (p99 ratio to echo "
                       f"{res[name]['p99'] / res['echo']['p99']:.2f})", flush=True)
         st = httpx.get(f"{ctl.url}/v1/status", timeout=30).json()
-        print(f"controller: {st['nodes']} nodes, {st['counters']['reports']} reports accepted, "
-              f"{st['counters']['rejected']} rejected, {st['counters']['steps']} reconcile steps")
+        c = st["counters"]
+        print(f"controller: {st['nodes']} nodes, {c['reports']} reports accepted, "
+              f"{c['rejected']} rejected, {c['steps']} reconcile steps (the last 100: longest "
+              f"{c['max_step_ms']} ms, last {c['last_step_ms']} ms)")
         if split:
             os.sched_setaffinity(0, set(cpus))
 

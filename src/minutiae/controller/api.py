@@ -67,6 +67,8 @@ def make_app(controller: Controller, token: str,
                      registry=reg)
     g_actions = Gauge("minutiae_controller_actions", "Actions by outcome", ["outcome"],
                       registry=reg)
+    g_step = Gauge("minutiae_controller_step_seconds", "Duration of the last reconcile step",
+                   registry=reg)
     stop = threading.Event()
 
     def loop() -> None:
@@ -244,6 +246,8 @@ def make_app(controller: Controller, token: str,
         g_paused.set(1 if st["paused"] else 0)
         g_actions.labels("done").set(st["counters"]["actions_done"])
         g_actions.labels("failed").set(st["counters"]["actions_failed"])
+        if st["counters"]["last_step_ms"] is not None:
+            g_step.set(st["counters"]["last_step_ms"] / 1e3)
         return PlainTextResponse(generate_latest(reg).decode(),
                                  media_type="text/plain; version=0.0.4")
 

@@ -51,6 +51,8 @@ class Counters:
     actions_failed: int = 0
     holds: int = 0
     problems: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=50))
+    #: how long the last 100 reconcile steps took (seconds, the clock's monotonic time)
+    step_s: deque[float] = field(default_factory=lambda: deque(maxlen=100))
 
 
 class Controller:
@@ -154,6 +156,7 @@ class Controller:
         report changed or whose scheduler state was re-read; scheduler states are re-read
         every step for interesting nodes (findings, not OK, remembered, just acted on) and for
         every node once per ``sched_ttl_s``."""
+        t0 = self.clock.monotonic()
         self.retry_pending()
         now = self.clock.now()
         batch = self.intake.take()
@@ -208,6 +211,8 @@ class Controller:
                 except Exception as exc:  # a notifier must never stop remediation
                     self.problem(f"notifier {type(nt).__name__} failed: {exc}")
         self.last_step = now
+        with self._lock:
+            self.counters.step_s.append(self.clock.monotonic() - t0)
         return plan
 
     def _execute(self, d: Decision, audit_id: int, sched: NodeState | None) -> None:
@@ -369,7 +374,9 @@ class Controller:
             problems = [{"time": t, "what": w} for t, w in list(c.problems)[-20:]]
             counts = {"reports": c.reports, "rejected": c.rejected, "steps": c.steps,
                       "actions_done": c.actions_done, "actions_failed": c.actions_failed,
-                      "holds": c.holds}
+                      "holds": c.holds,
+                      "last_step_ms": round(1e3 * c.step_s[-1], 1) if c.step_s else None,
+                      "max_step_ms": round(1e3 * max(c.step_s), 1) if c.step_s else None}
         return status_view(rows, dry_run=self.dry_run, scheduler=self.backend.name,
                            policy=self.policy.source, pause=self.memory.pause,
                            pending=len(self.store.pending()), last_step=self.last_step,

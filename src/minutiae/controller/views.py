@@ -11,7 +11,8 @@ from minutiae.controller.state import Health, Pause, Verb
 
 def status_view(rows: Sequence[Mapping[str, Any]], *, dry_run: bool, scheduler: str,
                 policy: str, pause: Pause | None, pending: int, last_step: float | None,
-                counts: Mapping[str, int], problems: list[dict[str, Any]]) -> dict[str, Any]:
+                counts: Mapping[str, int | float | None],
+                problems: list[dict[str, Any]]) -> dict[str, Any]:
     health = {h.value: 0 for h in Health}
     for r in rows:
         health[r["health"]] += 1
