@@ -40,12 +40,13 @@ def job_timings(job: Job, gpus: int, events: dict[str, list[TruthEvent]], interv
     gc = 1.0 + gc_f * (rng.random((s_n, r_n)) < gc_p)
     secs = common[:, None] * per_rank * (1.0 + slow) * gc
     steps = np.floor((ts - job.start) / job.step_s).astype(np.int64)
-    node_col = np.repeat(np.array(job.nodes, dtype=object), gpus)
+    # the node of every row, taken from the job's node names by index (no Python string objects)
+    node_of_row = np.tile(np.repeat(np.arange(len(job.nodes), dtype=np.int32), gpus), s_n)
     tab = pa.table({
         "step": pa.array(np.repeat(steps, r_n), pa.int64()),
         "rank": pa.array(np.tile(rank, s_n).astype(np.int32), pa.int32()),
         "seconds": pa.array(secs.ravel().round(5), pa.float64()),
-        "node": pa.array(np.tile(node_col, s_n), pa.string()),
+        "node": pa.array(job.nodes, pa.string()).take(pa.array(node_of_row)),
         "gpu": pa.array(np.tile(rank % gpus, s_n).astype(np.int8), pa.int8()),
         "stage": pa.array(np.tile(stage, s_n).astype(np.int16), pa.int16()),
         "time": pa.array(np.repeat(ts, r_n), pa.float64()),
