@@ -23,21 +23,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from minutiae.analyses.stragglers_calib import (
+    MIN_SPIKE_STEPS,
     NOISE_FLOOR,
+    SPIKE_Z,
     design,
     infer_groups,
-    robust_sigma,
-    spike_false_alarm_rate,
+    noise_sigma,
+    sigma_inflation,
 )
-from minutiae.analyses.stragglers_detect import SeriesDetector, peer_log_ratio
+from minutiae.analyses.stragglers_detect import SeriesDetector
 from minutiae.analyses.stragglers_locate import RankMeta, locate
 from minutiae.analyses.stragglers_nodes import NodeLayout
+from minutiae.analyses.stragglers_peers import PeerReference, log_times
 from minutiae.analyses.stragglers_prep import TimingMatrix
-from minutiae.analyses.stragglers_types import Basis, StoppedRank, StragglerReport
+from minutiae.analyses.stragglers_types import Basis, Design, StoppedRank, StragglerReport
 from minutiae.errors import DataError
 
 MIN_RANKS = 3
-MIN_GROUP = 3
+#: standard errors of a self-baseline's offset subtracted from each increment of its tests
+BIAS_Z = 3.0
 DEFAULT_RANKS_PER_NODE = 8
 MAX_WARNINGS = 50
 BLOCK_CELLS = 1 << 18
@@ -59,21 +63,31 @@ def _members(groups: np.ndarray) -> list[np.ndarray]:
     return [np.flatnonzero(groups == g) for g in range(int(groups.max()) + 1)]
 
 
-def _group_sigma(x: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, float]:
-    members = _members(groups)
-    r, _ = peer_log_ratio(x, groups, members)
-    pooled = robust_sigma(r)
+def _group_sigma(r: np.ndarray, groups: np.ndarray, members: list[np.ndarray],
+                 ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """Per group: the noise of the warm-up log-ratios ``r`` and how many values it rests on (a
+    group with fewer than 30 values takes the pooled estimate); and (one-step spikes, values)
+    over the whole job for the spike model."""
+    pooled, n_all = noise_sigma(r)
     if not np.isfinite(pooled):
-        pooled = NOISE_FLOOR
+        pooled, n_all = NOISE_FLOOR, 0
     sig = np.empty(len(members))
+    count = np.empty(len(members), dtype=np.int64)
     for g, cols in enumerate(members):
         v = r[:, cols]
-        s = robust_sigma(v) if np.isfinite(v).sum() >= 30 else pooled
-        sig[g] = max(s if np.isfinite(s) else pooled, NOISE_FLOOR)
+        s, n = noise_sigma(v) if np.isfinite(v).sum() >= 30 else (pooled, n_all)
+        if not np.isfinite(s):
+            s, n = pooled, n_all
+        sig[g], count[g] = max(s, NOISE_FLOOR), n
     z = np.abs(r) / sig[groups]
     finite = np.isfinite(z)
-    spikes = float((z[finite] > 5.0).mean()) if finite.any() else 0.0
-    return sig, spikes
+    return sig, count, (int((z[finite] > SPIKE_Z).sum()), int(finite.sum()))
+
+
+def _inflate(sig: np.ndarray, count: np.ndarray, d: Design) -> np.ndarray:
+    """Each noise estimate times its ``sigma_inflation`` (thresholds hold on average over the
+    estimate's error)."""
+    return np.array([s * sigma_inflation(int(n), d.detectors) for s, n in zip(sig, count, strict=True)])
 
 
 def _group_max(x: np.ndarray, groups: np.ndarray, members: list[np.ndarray]) -> np.ndarray:
@@ -103,7 +117,11 @@ class StragglerAnalysis:
         self.meta = RankMeta(warm.ranks, warm.node, warm.gpu, warm.leaf)
         self.groups, self.grouping = self._groups(warm)
         self.members = _members(self.groups)
-        sig, spikes = _group_sigma(warm.compute, self.groups)
+        self.peers = PeerReference(self.groups, self._units(warm))
+        warm_logx = log_times(warm.compute)
+        self.peers.fit(warm_logx)
+        r_warm, node_warm, _ = self.peers.ratio(warm_logx, node=True)
+        sig, count, spikes = _group_sigma(r_warm, self.groups, self.members)
         self.noise = float(np.median(sig[self.groups]))
         rpn = options.ranks_per_node or self._ranks_per_node(warm)
         with warnings.catch_warnings():
@@ -114,24 +132,46 @@ class StragglerAnalysis:
         self.has_comm = warm.comm is not None
         self.layout = NodeLayout.of(warm.node)
         bases = 1 + int(self.has_comm) + int(self.layout is not None)
-        self.design = design(options.false_alarms, step_s, rpn, bases)
-        if spike_false_alarm_rate(spikes) > self.design.detectors[0].alpha:
+        # a log that keeps one step in N is tested once per N steps: the budget is per node-day,
+        # so each test may spend N times the per-step share (the tests are what can alarm)
+        gaps = np.diff(warm.steps)
+        every = max(int(np.median(gaps)), 1) if gaps.size else 1
+        self.design = design(options.false_alarms, step_s, rpn, bases, spikes, every)
+        m = self.design.detectors[0].steps_at_clip
+        if m > MIN_SPIKE_STEPS:
             self.warnings.append(
-                f"one-step spikes (GC, loader) on {spikes:.2%} of rank-steps: above the "
-                f"false-alarm budget's assumption; expect more than "
-                f"{options.false_alarms} false alarms per 1,000 node-days")
-        self.compute = SeriesDetector(self.groups, sig, self.design)
+                f"one-step spikes (GC, loader) on {spikes[0]} of {spikes[1]} rank-steps of the "
+                f"warm-up: the fast test needs {m} steps at its clip to stay within "
+                f"{options.false_alarms} false alarms per 1,000 node-days (large slowdowns are "
+                f"found after {m} steps instead of {MIN_SPIKE_STEPS})")
+        sig = _inflate(sig, count, self.design)
+        self.noise = float(np.median(sig[self.groups]))
+        self.compute = SeriesDetector(self.groups, sig, self.design, self.peers,
+                                      BIAS_Z * self.peers.offset_error() / sig[self.groups])
         self.nodes: SeriesDetector | None = None
         if self.layout is not None:
-            r_warm, _ = peer_log_ratio(warm.compute, self.groups, self.members)
-            node_sigma = max(robust_sigma(self.layout.medians(r_warm)), NOISE_FLOOR / 2)
+            assert node_warm is not None
+            node_r = self.layout.medians(node_warm)
+            node_s, node_n = noise_sigma(node_r)
+            node_sigma = max(node_s * sigma_inflation(node_n, self.design.detectors),
+                             NOISE_FLOOR / 2)
+            off_se = self.peers.offset_error(node=True)
+            node_se = np.array([off_se[idx].max() for idx in self.layout.members])
             self.nodes = SeriesDetector(np.zeros(len(self.layout.names), dtype=np.int64),
-                                        np.array([node_sigma]), self.design)
+                                        np.array([node_sigma]), self.design,
+                                        allowance=BIAS_Z * node_se / node_sigma)
         self.comm: SeriesDetector | None = None
         if warm.comm is not None:
             own = self._own_comm(warm)
-            csig, _ = _group_sigma(own, self.groups)
-            self.comm = SeriesDetector(self.groups, csig, self.design)
+            own_logx = log_times(own)
+            self.comm_peers = PeerReference(self.groups, self._units(warm))
+            self.comm_peers.fit(own_logx)
+            csig, ccount, _ = _group_sigma(self.comm_peers.ratio(own_logx)[0], self.groups,
+                                           self.members)
+            csig = _inflate(csig, ccount, self.design)
+            self.comm = SeriesDetector(
+                self.groups, csig, self.design, self.comm_peers,
+                BIAS_Z * self.comm_peers.offset_error() / csig[self.groups])
         self.steps_seen: list[np.ndarray] = []
         self.total_medians: list[float] = []
 
@@ -144,14 +184,14 @@ class StragglerAnalysis:
                 logx = np.log(warm.compute)
                 levels = np.nanmedian(logx - np.nanmedian(logx, axis=1, keepdims=True), axis=0)
             groups, how = infer_groups(levels)
-        sizes = np.bincount(groups)
-        small = np.flatnonzero((sizes > 0) & (sizes < MIN_GROUP))
-        if small.size:
-            self.warnings.append(f"{small.size} peer group(s) with fewer than {MIN_GROUP} ranks "
-                                 "compared with all ranks instead (stage imbalance may show)")
-            groups = np.where(np.isin(groups, small), -1, groups)
         _, groups = np.unique(groups, return_inverse=True)
         return groups.astype(np.int64), how
+
+    @staticmethod
+    def _units(warm: TimingMatrix) -> np.ndarray:
+        """Node index of every rank (a rank without a node is its own unit)."""
+        names = [n if n is not None else f"\0rank{i}" for i, n in enumerate(warm.node)]
+        return np.unique(np.array(names, dtype=object).astype(str), return_inverse=True)[1]
 
     def _ranks_per_node(self, warm: TimingMatrix) -> int:
         nodes = [n for n in warm.node if n is not None]
@@ -177,10 +217,12 @@ class StragglerAnalysis:
                 self.warnings.append(w)
         if m.steps.size == 0:
             return 0
-        r = self.compute.ratios(m.compute)
+        r = self.compute.ratios(m.compute, node=self.nodes is not None)
         fresh = 0
         if self.nodes is not None and self.layout is not None:
-            fresh += self.nodes.update_ratio(self.layout.medians(r), m.steps).size
+            node_r = self.compute.node_ratios
+            assert node_r is not None
+            fresh += self.nodes.update_ratio(self.layout.medians(node_r), m.steps).size
         fresh += self.compute.update_ratio(r, m.steps).size
         if self.comm is not None and m.comm is not None:
             fresh += self.comm.update(self._own_comm(m), m.steps).size

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from minutiae.analyses.stragglers_types import Design
+
+if TYPE_CHECKING:
+    from minutiae.analyses.stragglers_peers import PeerReference
 
 #: per-step log-ratio bounds used for the slowdown estimate (a 1-step 10x pause counts as e^1)
 R_LOW, R_HIGH = -0.5, 1.0
@@ -74,14 +78,20 @@ def _spans(members: list[np.ndarray]) -> list[slice] | None:
     return spans
 
 
-def peer_log_ratio(x: np.ndarray, groups: np.ndarray,
-                   members: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """``log x - median of the peer group at the same step`` (NaN where ``x`` is missing or
-    <= 0) and the (steps, groups) medians of ``log x``."""
+def log_times(x: np.ndarray) -> np.ndarray:
+    """float32 log of durations; NaN where missing or <= 0."""
     with np.errstate(divide="ignore", invalid="ignore"):
         logx = np.log(x, dtype=np.float32)
         if not (x > 0).all():
             logx[~(x > 0)] = np.nan
+    return logx
+
+
+def peer_log_ratio(x: np.ndarray, groups: np.ndarray,
+                   members: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``log x - median of the peer group at the same step`` (NaN where ``x`` is missing or
+    <= 0) and the (steps, groups) medians of ``log x``."""
+    logx = log_times(x)
     med = group_medians(logx, members)
     spans = _spans(members)
     if spans is not None:
@@ -205,7 +215,13 @@ def _last_zero(stat: np.ndarray, upto: np.ndarray, cols: np.ndarray) -> np.ndarr
 class SeriesDetector:
     """CUSUM bank over the ranks of one timing series; feed it blocks of steps in order."""
 
-    def __init__(self, groups: np.ndarray, sigma: np.ndarray, design: Design) -> None:
+    def __init__(self, groups: np.ndarray, sigma: np.ndarray, design: Design,
+                 peers: PeerReference | None = None, allowance: np.ndarray | None = None,
+                 ) -> None:
+        self.peers = peers
+        # per-column bias allowance subtracted from z (a self-baseline's offset uncertainty)
+        self.allowance = (None if allowance is None or not np.any(allowance)
+                          else allowance.astype(np.float32))
         self.groups = groups.astype(np.int64)
         ng = int(self.groups.max()) + 1 if groups.size else 0
         self.members = [np.flatnonzero(self.groups == g) for g in range(ng)]
@@ -225,10 +241,17 @@ class SeriesDetector:
         """Process ``x`` (len(steps), ranks) seconds; returns the ranks newly alarmed."""
         return self.update_ratio(self.ratios(x), steps)
 
-    def ratios(self, x: np.ndarray) -> np.ndarray:
-        """The peer log-ratios of ``x`` (and the typical value of the series, kept for costs)."""
-        r, med = peer_log_ratio(x, self.groups, self.members)
-        typical = np.exp(np.median(med, axis=1))
+    def ratios(self, x: np.ndarray, node: bool = False) -> np.ndarray:
+        """The peer log-ratios of ``x`` (and the typical value of the series, kept for costs);
+        with ``node`` the node test's ratios are kept in ``node_ratios`` (None otherwise)."""
+        self.node_ratios: np.ndarray | None = None
+        if self.peers is not None:
+            r, self.node_ratios, typical_log = self.peers.ratio(log_times(x), node)
+            typical = np.exp(typical_log)
+        else:
+            r, med = peer_log_ratio(x, self.groups, self.members)
+            typical = np.exp(np.median(med, axis=1))
+            self.node_ratios = r if node else None
         self.medians.extend(typical[np.isfinite(typical)].tolist())
         return r
 
@@ -239,6 +262,8 @@ class SeriesDetector:
         if missing is not None:
             np.copyto(r, np.float32(0.0), where=missing)
         z = r / self.sigma
+        if self.allowance is not None:
+            z -= self.allowance
         np.maximum(r, R_LOW, out=r)
         np.minimum(r, R_HIGH, out=r)
         n_steps, n_cols = r.shape

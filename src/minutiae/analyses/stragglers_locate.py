@@ -6,8 +6,10 @@ Rules (documented in docs/stragglers.md):
   otherwise each alarmed rank -> its GPU;
 - communication-only alarms: when at least half of a node's ranks alarm the node counts as
   comm-slow; comm-slow nodes covering at least 75 % (and at least two) of the job's nodes under
-  one leaf switch -> the leaf; other comm-slow nodes -> that node's link; single ranks -> the
-  GPU's own link (NIC rail). A rank with a compute alarm is never also blamed on the network.
+  one leaf switch -> the leaf; two or more comm-slow nodes whose leaf is unknown -> one suspect
+  ``leaf:?[node,node,...]`` (scope leaf, leaf null: the path they share); other comm-slow
+  nodes -> that node's link; single ranks -> the GPU's own link (NIC rail). A rank with a
+  compute alarm is never also blamed on the network.
 """
 
 from __future__ import annotations
@@ -152,6 +154,13 @@ def _locate_comm(meta: RankMeta, hits: dict[int, _Hit], share: float,
             out.append(_suspect(meta, hit, Scope.LEAF, f"leaf:{leaf}", Basis.COMMUNICATION,
                                 share, job_gpus))
             used.update(slow)
+    unplaced = sorted(n for n in slow_nodes if n not in used and meta.leaf[meta.by_node[n][0]] is None)
+    if len(unplaced) >= 2:  # no leaf switch known: one suspect, the set of nodes (a shared path)
+        hit = [h for n in unplaced for h in slow_nodes[n]]
+        sus = _suspect(meta, hit, Scope.LEAF, f"leaf:?[{','.join(unplaced)}]", Basis.COMMUNICATION,
+                       share, job_gpus)
+        out.append(replace(sus, gpu=None))
+        used.update(unplaced)
     for node, hit in slow_nodes.items():
         if node not in used:
             out.append(_suspect(meta, hit, Scope.LINK, f"link:{node}", Basis.COMMUNICATION,

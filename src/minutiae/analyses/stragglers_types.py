@@ -34,36 +34,42 @@ class DetectorDesign:
 
     ``k`` is the reference value (half the shift in noise units it is tuned for), ``h`` the alarm
     threshold solved from the false-alarm budget ``alpha`` (per rank and step), ``clip`` the
-    winsorisation of each increment (it bounds what one GC pause or loader hiccup can add)."""
+    winsorisation of each increment (it bounds what one GC pause or loader hiccup can add);
+    ``steps_at_clip`` is how many steps at the clip the fast test needs to alarm (3 unless the
+    job's one-step spikes are frequent enough to break the budget at 3)."""
 
     name: str
     k: float
     h: float
     clip: float
     alpha: float
+    steps_at_clip: int = 0  # the fewest steps that can alarm (0: not set by the clip)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "k": self.k, "h": round(self.h, 4), "clip": round(self.clip, 4),
-                "alpha_per_rank_step": self.alpha}
+                "alpha_per_rank_step": self.alpha, "steps_at_clip": self.steps_at_clip}
 
 
 @dataclass(frozen=True, slots=True)
 class Design:
     """The thresholds derived from the target false-alarm rate.
 
-    ``alpha`` (per rank and step) = target per node-day x step seconds / (86,400 x ranks per node),
-    shared equally by the detectors of every timing basis analysed."""
+    ``alpha`` (per tested rank-step) = target per node-day x step seconds x ``logged_every`` /
+    (86,400 x ranks per node), shared equally by the detectors of every timing basis analysed
+    (``logged_every``: the log keeps one step in that many, the median gap of its step numbers)."""
 
     target_per_1000_node_days: float
     step_seconds: float
     ranks_per_node: int
     alpha: float
     detectors: tuple[DetectorDesign, ...]
+    logged_every: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {
             "target_false_alarms_per_1000_node_days": self.target_per_1000_node_days,
-            "step_seconds": self.step_seconds, "ranks_per_node": self.ranks_per_node,
+            "step_seconds": self.step_seconds, "logged_every_steps": self.logged_every,
+            "ranks_per_node": self.ranks_per_node,
             "alpha_per_rank_step": self.alpha,
             "detectors": [d.to_json() for d in self.detectors],
         }

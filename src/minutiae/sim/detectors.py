@@ -61,8 +61,9 @@ def _stragglers(ctx: Context) -> tuple[list[Detection], list[str], int]:
             notes.append(f"{path}: missing")
             continue
         df = read_timings(path)
-        if df.height == 0 or df["step"].n_unique() < opts.warmup + 3:
-            notes.append(f"{path}: {df['step'].n_unique() if df.height else 0} logged steps, too few to analyse")
+        logged = int(np.unique(df["step"].to_numpy()).size) if df.height else 0
+        if logged < opts.warmup + 3:
+            notes.append(f"{path}: {logged} logged steps, too few to analyse")
             continue
         n += 1
         try:
