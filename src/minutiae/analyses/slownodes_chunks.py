@@ -77,16 +77,53 @@ class _Keys:
         nodes = nodes.with_columns(
             *[pl.col(c).cast(pl.String).fill_null("?").rank("dense").cast(pl.Int64).alias(f"{c}_c")
               for c in ("sku", "rack")])
-        self.nodes = nodes.select("nid", "sku_c", "rack_c")
-        self.jobs: pl.DataFrame | None = None
+        self.sku_of = nodes.get_column("sku_c").to_numpy()
+        self.rack_of = nodes.get_column("rack_c").to_numpy()
+        # every job's nodes as (node index, start in ns from the earliest time), sorted: the job
+        # covering a sample is found by one binary search on (node index, time) keys
+        self.job_key = np.zeros(0, dtype=np.int64)
+        self.job_code = np.zeros(0, dtype=np.int64)
+        self.job_end = np.zeros(0, dtype=np.float64)
+        self.t0, self.span_ns, self.unit = 0.0, 1, 1e9
         if jobs is not None and jobs.height:
             per_node = (jobs.with_columns(pl.col("nodes").str.split(" ").alias("node"))
                         .explode("node")
                         .select(pl.col("node").cast(pl.String), pl.col("job_id").cast(pl.String),
                                 pl.col("start").cast(pl.Float64), pl.col("end").cast(pl.Float64)))
-            self.jobs = (per_node.join(nodes.select("node", "nid"), on="node", how="inner")
-                         .with_columns(pl.col("job_id").rank("dense").cast(pl.Int64).alias("job_c"))
-                         .select("nid", "job_c", "start", "end").sort("start"))
+            per_node = (per_node.join(nodes.select("node", "nid"), on="node", how="inner")
+                        .filter(pl.col("start").is_not_null() & pl.col("start").is_not_nan())
+                        .with_columns(pl.col("job_id").rank("dense").cast(pl.Int64).alias("job_c")))
+            if per_node.height:
+                t = tel.get_column("time").cast(pl.Float64)
+                starts = per_node.get_column("start")
+                lo = min(float(t.min()), float(starts.min()))  # type: ignore[arg-type]
+                hi = max(float(t.max()), float(starts.max()))  # type: ignore[arg-type]
+                # the finest time unit (ns ... s) whose keys fit in int64 for this many nodes
+                self.unit = next((u for u in (1e9, 1e6, 1e3, 1.0)
+                                  if len(self.names) * ((hi - lo) * u + 1) < 2.0**62), 1.0)
+                self.t0, self.span_ns = lo, int(round((hi - lo) * self.unit)) + 1
+                key = self.key(per_node.get_column("nid").to_numpy(), starts.to_numpy())
+                order = np.argsort(key, kind="stable")
+                self.job_key = key[order]
+                self.job_code = per_node.get_column("job_c").to_numpy()[order]
+                self.job_end = per_node.get_column("end").fill_null(float("nan")).to_numpy()[order]
+
+    def key(self, nid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """(node index, time) as one sortable int64: the node, then time units from ``t0``."""
+        return nid.astype(np.int64) * self.span_ns + np.round((t - self.t0) * self.unit).astype(np.int64)
+
+    def peer(self, nid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(peer code, SKU code) per sample: the job on that node whose start is the latest at
+        or before ``t`` (as an as-of join would find it) when ``t`` is before its end, else the
+        rack; SKU and rack from the node's fleet row ("?" when missing)."""
+        sku = self.sku_of[nid]
+        group = (1 << 32) + self.rack_of[nid]
+        if self.job_key.size:
+            j = np.searchsorted(self.job_key, self.key(nid, t), side="right") - 1
+            jc = np.maximum(j, 0)
+            on = (j >= 0) & (self.job_key[jc] // self.span_ns == nid) & (t < self.job_end[jc])
+            group = np.where(on, self.job_code[jc], group)
+        return sku * (1 << 33) + group, sku
 
     def nid(self) -> pl.Expr:
         return pl.col("node").cast(pl.String).cast(self.enum).to_physical().cast(pl.UInt32).alias("nid")
@@ -102,19 +139,9 @@ def _busy(raw: pl.DataFrame, metrics: list[str], interval: float, keys: _Keys) -
         busy = busy & ((pl.col("clock_event_reasons") & sn.GPU_IDLE) == 0)
     else:
         df = df.with_columns(pl.lit(0, dtype=pl.Int64).alias("clock_event_reasons"))
-    df = (df.filter(busy).with_columns((pl.col("time") / interval).round().cast(pl.Int64).alias("bucket"))
-          .join(keys.nodes, on="nid", how="left"))
-    if keys.jobs is not None:
-        df = (df.sort("time").join_asof(keys.jobs, left_on="time", right_on="start", by="nid",
-                                         strategy="backward", check_sortedness=False)
-              .with_columns(pl.when(pl.col("time") < pl.col("end")).then(pl.col("job_c"))
-                            .otherwise(None).alias("job_c")).drop("start", "end"))
-    else:
-        df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("job_c"))
-    return df.with_columns(
-        ((pl.col("sku_c") * (1 << 33)) + pl.when(pl.col("job_c").is_not_null()).then(pl.col("job_c"))
-         .otherwise((1 << 32) + pl.col("rack_c"))).alias("peer"),
-        pl.col("sku_c").alias("sku")).drop("sku_c", "rack_c", "job_c")
+    df = df.filter(busy).with_columns((pl.col("time") / interval).round().cast(pl.Int64).alias("bucket"))
+    peer, sku = keys.peer(df.get_column("nid").to_numpy(), df.get_column("time").to_numpy())
+    return df.with_columns(pl.Series("peer", peer, dtype=pl.Int64), pl.Series("sku", sku, dtype=pl.Int64))
 
 
 def _chunk_bounds(times: pl.Series, interval: float, rows: int, chunk_rows: int | None) -> list[float]:
