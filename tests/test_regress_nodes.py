@@ -96,3 +96,30 @@ def test_cli_reports_node_adjustment(tmp_path: Path, slow_fleet: SynthFleet,
     assert main(["regress", "--runs", str(p), "--json", "--no-node-adjust"]) == 0
     raw = json.loads(capsys.readouterr().out)
     assert raw["node_adjustment"] is None and len(raw["change_points"]) > len(out["change_points"])
+
+
+def _diurnal_runs(amplitude: float, seed: int = 0) -> list[RunRecord]:
+    """A busy signature (30 runs a day for 20 days, 0.5 % noise) whose step time follows the
+    facility's day: exp(amplitude · sin(2π · hour / 24))."""
+    rng = np.random.default_rng(seed)
+    t = 1.7e9 + np.sort(rng.uniform(0, 20 * 86400, 600))
+    y = amplitude * np.sin(2 * np.pi * (t % 86400) / 86400) + rng.normal(0, 0.005, t.size)
+    nodes = [tuple(f"n{k:02d}" for k in rng.choice(32, 4, replace=False)) for _ in t]
+    return [RunRecord(f"r{i:04d}", float(ti), "moe-ws32", float(np.exp(yi)), nodes=nd)
+            for i, (ti, yi, nd) in enumerate(zip(t, y, nodes, strict=True))]
+
+
+def test_time_of_day_cycle_is_taken_out_not_read_as_change_points() -> None:
+    recs = _diurnal_runs(0.015)
+    assert len(find_change_points(recs)) >= 10          # the cycle reads as a change every half day
+    adj = node_penalties(recs)
+    assert adj.hour_p < 1e-6 and len(adj.hour_of_day) == 24
+    hod = np.array(adj.hour_of_day)
+    assert 0.010 < hod.max() < 0.020 and -0.020 < hod.min() < -0.010
+    assert int(np.argmax(hod)) in (5, 6, 7) and int(np.argmin(hod)) in (17, 18, 19)
+    assert find_change_points(recs, offsets=adj.penalty) == []
+
+
+def test_no_cycle_no_hour_offsets() -> None:
+    adj = node_penalties(_diurnal_runs(0.0, seed=1))
+    assert adj.hour_of_day == () and adj.hour_p > 0.001

@@ -176,6 +176,7 @@ def scale() -> int:
     """Time of each step on a large history (1,024 nodes, 400 signatures, ~100k runs)."""
     from minutiae.analyses.attribution import whatchanged
     from minutiae.analyses.regress import find_change_points
+    from minutiae.analyses.regress_nodes import node_penalties
     from minutiae.history.clean import clean_runs
     from minutiae.history.export import format_runs_csv
     from minutiae.history.parse import parse_runs_csv
@@ -192,6 +193,7 @@ def scale() -> int:
 
     steps.append(("parse + clean CSV", parse))
     steps.append(("change points, all signatures", lambda: find_change_points(box["runs"])))  # type: ignore[arg-type]
+    steps.append(("node adjustment (slow nodes)", lambda: node_penalties(box["runs"])))  # type: ignore[arg-type]
     steps.append(("rollout attribution (4 rollouts)",
                   lambda: attribute_rollouts(box["runs"], group_rollouts(f.changes))))  # type: ignore[arg-type]
     rs = sorted(f.records, key=lambda r: r.time)
@@ -204,6 +206,49 @@ def scale() -> int:
             fn()
             times.append(time.perf_counter() - t0)
         print(f"  {name:34} median {statistics.median(times):6.2f} s  [{min(times):.2f}–{max(times):.2f}]")
+    return 0
+
+
+def nodes(repeats: int) -> int:
+    """Variance reduction: change points on node-adjusted series vs the measured ones, on fleets
+    (128 nodes, 8 weeks, 1 % noise, about one code regression per signature) with 0, 4 or 8 slow
+    nodes (+5 % from a random day on) and, last row, the default rollouts on top."""
+    from minutiae.analyses.regress import find_change_points, group_series
+    from minutiae.analyses.regress_nodes import node_penalties
+
+    def score(f: object, offsets: dict[str, float] | None) -> tuple[int, int, int]:
+        cps = find_change_points(f.records, offsets=offsets)  # type: ignore[attr-defined]
+        idx = {r.run_id: i for s in group_series(f.records).values() for i, r in enumerate(s)}  # type: ignore[attr-defined]
+        truth = [(c.signature, idx[c.run_id], c.size) for c in f.code_changes]  # type: ignore[attr-defined]
+        found = sum(any(cp.signature == s and abs(cp.index - i) <= 5 and cp.change * z > 0 for cp in cps)
+                    for s, i, z in truth)
+        false = sum(not any(cp.signature == s and abs(cp.index - i) <= 5 for s, i, _ in truth) for cp in cps)
+        return found, len(truth), false
+
+    print(f"node adjustment ({repeats} fleets per row; code regressions found / injected, change points "
+          "near no code regression, pooled noise; summed over fleets)")
+    for slow, rollouts in ((0, False), (4, False), (8, False), (2, True)):
+        raw, adj, sig, secs = [0, 0, 0], [0, 0, 0], [0.0, 0.0], []
+        flagged = right = true_slow = 0
+        for seed in range(repeats):
+            kw = {} if rollouts else {"rollouts": ()}
+            f = synth_fleet(FleetConfig(seed=seed, slow_nodes=slow, slow_node_effect=0.05, noise=0.01,
+                                        code_regression_rate=1.0, **kw))  # type: ignore[arg-type]
+            t0 = time.perf_counter()
+            a = node_penalties(f.records)
+            secs.append(time.perf_counter() - t0)
+            for tot, off in ((raw, None), (adj, a.penalty)):
+                for i, v in enumerate(score(f, off)):
+                    tot[i] += v
+            sig[0] += a.sigma_before / repeats
+            sig[1] += a.sigma_after / repeats
+            flagged += len(a.slow_nodes)
+            right += len(set(a.slow_nodes) & set(f.slow_nodes))
+            true_slow += len(f.slow_nodes)
+        print(f"  {slow} slow nodes{' + rollouts' if rollouts else ''}: measured {raw[0]}/{raw[1]} found, "
+              f"{raw[2]} false; node-adjusted {adj[0]}/{adj[1]} found, {adj[2]} false; noise "
+              f"{sig[0]:.2%} -> {sig[1]:.2%}; slow nodes flagged {flagged} ({right} of {true_slow} true); "
+              f"{statistics.median(secs) * 1000:.0f} ms per fleet")
     return 0
 
 
@@ -220,11 +265,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--part", choices=("all", "detection", "attribution", "scale"), default="all")
+    ap.add_argument("--part", choices=("all", "detection", "attribution", "scale", "nodes"), default="all")
     a = ap.parse_args()
     n_series, n_delay, fleets = (60, 15, 3) if a.quick else (120, 30, 6)
     if a.part == "scale":
         return scale()
+    if a.part == "nodes":
+        return nodes(4 * a.repeats)
     names = ("ours", "pelt", "edivisive", "mozilla")
     print(f"regress bench: {a.repeats} repeats; {n_series} series x 120 runs per noise level "
           f"(1/3 no change, 1/3 one, 1/3 two shifts of {', '.join(f'{s:+.0%}' for s in SIZES)}); "

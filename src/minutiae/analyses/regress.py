@@ -144,7 +144,7 @@ def _online_params(raw: object) -> OnlineParams:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"regress.toml: [online] {exc}") from None
     if not (o.k > 0 and o.h > 0 and o.clip > o.k and o.outlier >= o.clip and o.warmup >= 3
-            and o.min_change >= 0 and o.hold >= 1 and 0 < o.alpha < 1):
+            and o.min_change >= 0 and o.hold >= 1 and 0 < o.alpha < 1 and o.max_noise > 0):
         raise ConfigError(f"regress.toml: [online] out-of-range value in {o}")
     return o
 

@@ -1,4 +1,5 @@
-"""Variance reduction: take out of each run the slowdown its slowest node explains (pure).
+"""Variance reduction: take out of each run what the fleet explains — the time of day it ran
+and the slowest node it drew — before change points are searched (pure).
 
 A synchronous job runs at the pace of its slowest node, so much of the run-to-run noise of a
 signature is *which* nodes a run drew: a run that touched a slow node is slow whatever its code.
@@ -20,6 +21,13 @@ Method (sparse least squares over run × node incidences, scipy):
 4. y − penalty is the series the detector sees. Two passes (the first pass' slow runs no longer
    drag the local levels).
 
+Before that, a fleet-wide time-of-day cycle (facility temperature, daytime load on shared storage
+or network) is measured: residuals against each signature's median over ±12 h (a whole cycle,
+so the level does not follow it), mean per UTC hour over all signatures; when the 24 hourly means
+differ beyond noise (χ² with 23 degrees of freedom, p < ``hour_alpha``) and by at least
+``min_effect``/2, each run's hour offset is taken out too. A cycle seen by a busy signature
+(dozens of runs a day) otherwise reads as a change point every half day.
+
 ``NodeAdjustment`` reports what was taken out: each run's penalty and the nodes found slow.
 """
 
@@ -32,7 +40,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse
+from scipy import sparse, stats
 from scipy.sparse.linalg import lsqr
 
 from minutiae.analyses.regress import group_series, robust_sigma, rolling_median, size_normalised
@@ -52,6 +60,9 @@ class NodeParams:
     min_effect: float = 0.01
     min_runs: int = 4
     passes: int = 2
+    hour_alpha: float = 0.001
+    hour_window_s: float = 12 * 3600.0
+    hour_min_runs: int = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +76,8 @@ class NodeAdjustment:
     slow_nodes: dict[str, tuple[int, float]]
     sigma_before: float
     sigma_after: float
+    hour_of_day: tuple[float, ...] = ()
+    hour_p: float = 1.0
 
     def to_json(self) -> dict[str, Any]:
         def r6(x: float) -> float | None:
@@ -73,7 +86,9 @@ class NodeAdjustment:
         return {"runs_adjusted": len(self.penalty),
                 "slow_nodes": [{"node": n, "runs": k, "effect": round(e, 6)}
                                for n, (k, e) in sorted(self.slow_nodes.items(), key=lambda kv: -kv[1][1])],
-                "noise_before": r6(self.sigma_before), "noise_after": r6(self.sigma_after)}
+                "noise_before": r6(self.sigma_before), "noise_after": r6(self.sigma_after),
+                "hour_of_day": [round(math.expm1(h), 6) for h in self.hour_of_day],
+                "hour_of_day_p": self.hour_p}
 
 
 def _pooled_sigma(series: dict[str, F64]) -> float:
@@ -99,9 +114,14 @@ def node_penalties(runs: Sequence[RunRecord], p: NodeParams | None = None) -> No
     col = {n: i for i, n in enumerate(names)}
     inc_run = np.fromiter((j for j, r in enumerate(order) for _ in r.nodes), np.int64)
     inc_node = np.fromiter((col[n] for r in order for n in r.nodes), np.int64)
-    penalty = np.zeros(len(order))
-    if not names or not math.isfinite(sigma):
+    if not order or not math.isfinite(sigma):
         return NodeAdjustment({}, {}, sigma, sigma)
+    hours, hour_p = _hour_of_day(y, sig_of, times, sigma, p)
+    hour_off = hours[((times % DAY) // 3600).astype(np.int64)] if hours.size else np.zeros(len(order))
+    y = y - hour_off
+    penalty = np.zeros(len(order))
+    if not names:
+        return _result(ids, hour_off, {}, sigma, y, sig_of, groups, hours, hour_p)
     period = np.floor((times - times.min()) / (p.days * DAY)).astype(np.int64)
     cell = inc_node * (int(period.max()) + 1) + period[inc_run]
     cells, inc_cell = np.unique(cell, return_inverse=True)
@@ -119,14 +139,48 @@ def node_penalties(runs: Sequence[RunRecord], p: NodeParams | None = None) -> No
         hit = slow_cell[inc_cell]
         penalty = np.zeros(len(order))
         np.maximum.at(penalty, inc_run[hit], beta[inc_cell[hit]])
-    after = {sig: (y - penalty)[sig_of == g] for g, sig in enumerate(groups)}
     slow: dict[str, tuple[int, float]] = {}
     n_periods = int(period.max()) + 1
     for i in np.unique(cells[slow_cell] // n_periods):
         m = slow_cell & (cells // n_periods == i)
         slow[names[int(i)]] = (int(m_cell[m].sum()), math.expm1(float(np.median(beta[m]))))
-    return NodeAdjustment({ids[j]: float(penalty[j]) for j in np.flatnonzero(penalty)}, slow,
-                          sigma, _pooled_sigma(after))
+    return _result(ids, hour_off + penalty, slow, sigma, y - penalty, sig_of, groups, hours, hour_p)
+
+
+def _result(ids: list[str], total: F64, slow: dict[str, tuple[int, float]], sigma: float, after: F64,
+            sig_of: npt.NDArray[np.int64], groups: dict[str, list[RunRecord]], hours: F64,
+            hour_p: float) -> NodeAdjustment:
+    series = {sig: after[sig_of == g] for g, sig in enumerate(groups)}
+    return NodeAdjustment({ids[j]: float(total[j]) for j in np.flatnonzero(total)}, slow, sigma,
+                          _pooled_sigma(series), tuple(float(h) for h in hours), hour_p)
+
+
+def _hour_of_day(y: F64, sig_of: npt.NDArray[np.int64], times: F64, sigma: float,
+                 p: NodeParams) -> tuple[F64, float]:
+    """Fleet-wide offset of each UTC hour (log units; empty when not beyond noise) and its p."""
+    res = np.full(y.size, np.nan)
+    for g in np.unique(sig_of):
+        idx = np.flatnonzero(sig_of == g)
+        t = times[idx]
+        lo = np.searchsorted(t, t - p.hour_window_s, side="left")
+        hi = np.searchsorted(t, t + p.hour_window_s, side="right")
+        for k in np.flatnonzero(hi - lo >= p.hour_min_runs):
+            res[idx[k]] = y[idx[k]] - float(np.median(y[idx[lo[k]:hi[k]]]))
+    ok = np.isfinite(res)
+    if ok.sum() < 24 * p.hour_min_runs:
+        return np.zeros(0), 1.0
+    r = np.clip(res[ok], -p.clip * sigma, p.clip * sigma)
+    hour = ((times[ok] % DAY) // 3600).astype(np.int64)
+    cnt = np.bincount(hour, minlength=24).astype(np.float64)
+    if (cnt == 0).any():
+        return np.zeros(0), 1.0
+    mean = np.bincount(hour, weights=r, minlength=24) / cnt
+    off = mean - float(r.mean())
+    chi2 = float(np.sum(cnt * off ** 2) / sigma ** 2)
+    pv = float(stats.chi2.sf(chi2, 23))
+    if pv >= p.hour_alpha or float(np.abs(off).max()) < math.log1p(p.min_effect / 2):
+        return np.zeros(0), pv
+    return off, pv
 
 
 def adjusted_runs(runs: Sequence[RunRecord], adj: NodeAdjustment) -> list[RunRecord]:
