@@ -106,13 +106,15 @@ def _slownodes(ctx: Context) -> tuple[list[Detection], list[str], int]:
 # ------------------------------------------------------------------ regressions (runs.csv)
 def _regress(ctx: Context) -> tuple[list[Detection], list[str], int]:
     from minutiae.analyses.regress import find_change_points
+    from minutiae.analyses.regress_nodes import node_penalties
     from minutiae.sources.runs_file import load_history
 
     # the one reader of runs.csv: joins jobs.csv beside it and cleans, as `minutiae regress` does
     hist = load_history(runs=ctx.ds.root / "runs.csv")
     notes = [str(i) for i in hist.issues]
     out = []
-    for cp in find_change_points(hist.runs):
+    # as `minutiae regress`: what the time of day and slow nodes explain is taken out first
+    for cp in find_change_points(hist.runs, offsets=node_penalties(hist.runs).penalty):
         if cp.change <= 0:
             continue
         out.append(Detection("regress", None, float(cp.time), "regression", Severity.WARNING, False, None,
