@@ -136,9 +136,11 @@ def test_per_job_budget_holds_the_second_node_of_a_job(basic: Path) -> None:
 def test_planned_reboot_is_not_an_alarm_unless_maintenance_is_ignored(basic: Path) -> None:
     honoured = replay(load_history(basic), load_policy())
     assert by_node(honoured, "gpu040") == []
-    assert honoured.suppressed == 1 and honoured.maintenance_windows == 1
+    # ib.port-down alarms once the port stayed down 120 s (7401 s), and is reported again at
+    # the gate's keep-alive re-check (7851 s): two reports inside the window
+    assert honoured.suppressed == 2 and honoured.maintenance_windows == 1
     ignored = replay(load_history(basic, honour_maintenance=False), load_policy())
-    assert by_node(ignored, "gpu040") == [("drain", 7320.0), ("resume", 7920.0 + 600)]
+    assert by_node(ignored, "gpu040") == [("drain", 7440.0), ("resume", 7920.0 + 600)]
     drain = next(d for d in ignored.drains if d.node == "gpu040")
     assert (drain.kind, drain.rule) == ("ib_port_down", "needs-remediation")
     assert ignored.wrong_causes == {"planned_reboot": 1}
@@ -304,17 +306,26 @@ def test_ib_port_down_and_rate_degraded_from_the_change_log() -> None:
     kinds = [(t - T0, sorted((f.kind, f.component) for f in fs)) for t, fs in got]
     assert kinds == [
         (0.0, []),
-        (600.0, [("ib_port_down", "ib:mlx5_1/1")]),
+        # the port is down: ib.port-down alarms once it stayed down 120 s (its for_s), and is
+        # judged again every 450 s while alarmed (the gate's keep-alive)
+        (600.0, []),
+        (721.0, [("ib_port_down", "ib:mlx5_1/1")]),
+        (1171.0, [("ib_port_down", "ib:mlx5_1/1")]),
         (1200.0, []),
+        # re-checks after the port came back: when its persistence, the flap rule's healthy
+        # delay (1800 s) and window (3600 s) can end
+        (1321.0, []),
+        (1621.0, []),
         (1800.0, [("ib_rate_degraded", "ib:mlx5_2/1")]),
         # 5000 symbol errors in 600 s = 30000/h: the rate rule fires; the slow port stays slow
         (2400.0, [("ib_rate_degraded", "ib:mlx5_2/1"), ("ib_symbol_errors", "ib:mlx5_0/1")]),
-        # re-checks: the port that went down at +600 s is judged again when the flap rule's
-        # healthy delay (1800 s) and window (3600 s) can end; the next check sees no new
-        # symbol errors, so the rate finding ends as it would at the agent's next check
+        # the next check sees no new symbol errors, so the rate finding ends as it would at the
+        # agent's next check
         (2401.0, [("ib_rate_degraded", "ib:mlx5_2/1")]),
         (2460.0, [("ib_rate_degraded", "ib:mlx5_2/1")]),
+        (3001.0, [("ib_rate_degraded", "ib:mlx5_2/1")]),
         (4201.0, [("ib_rate_degraded", "ib:mlx5_2/1")]),
+        (4801.0, [("ib_rate_degraded", "ib:mlx5_2/1")]),
     ]
 
 

@@ -66,9 +66,14 @@ def test_backtest_replay_sees_the_grace_and_judges_again_when_it_ends() -> None:
              f"{boot + 600:.0f},mlx5_0,1,symbol_error,1"]
     got = ib_signals("time,device,port,counter,value\n" + "\n".join(rows), "ib.csv", "gpu001", [boot])
     down = [(round(t - boot), f.component) for t, fs in got for f in fs if f.kind == "ib_port_down"]
-    assert down[0] == (600, "ib:mlx5_1/1")
-    assert all(t >= 600 and c == "ib:mlx5_1/1" for t, c in down)
-    # without the boot times the replay alarms at once on both ports
+    # the grace ends at +300 s; the port must then stay down 120 s (ib.port-down's for_s): the
+    # agent alarms at +420 s, the replay at its first check after that, and before the next
+    # sample (+600 s)
+    assert 420 <= down[0][0] <= 600 and down[0][1] == "ib:mlx5_1/1"
+    assert all(t >= 420 and c == "ib:mlx5_1/1" for t, c in down)
+    # without the boot times the replay alarms on both ports once they stayed out of ACTIVE
+    # for 120 s (mlx5_0 is INIT then, not yet ACTIVE)
     got = ib_signals("time,device,port,counter,value\n" + "\n".join(rows), "ib.csv", "gpu001")
-    first = {f.component for t, fs in got if t == boot + 60 for f in fs if f.kind == "ib_port_down"}
+    first = {f.component for t, fs in got if t == boot + 181 for f in fs if f.kind == "ib_port_down"}
     assert first == {"ib:mlx5_0/1", "ib:mlx5_1/1"}
+    assert not any(f.kind == "ib_port_down" for t, fs in got if t < boot + 181 for f in fs)

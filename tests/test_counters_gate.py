@@ -37,7 +37,8 @@ def _rule(rid: str):  # type: ignore[no-untyped-def]
 def test_every_sequence_example_of_the_shipped_catalog_runs() -> None:
     doc = parse_toml(catalog_text("counters.toml"), "counters.toml")
     gated = [item for item in doc["rule"] if "sequence" in item]
-    assert {i["id"] for i in gated} == {"gpu.throttle-hw", "gpu.throttle-sw-thermal", "ib.port-flapping"}
+    assert {i["id"] for i in gated} == {"gpu.throttle-hw", "gpu.throttle-sw-thermal", "ib.port-down",
+                                         "ib.port-flapping"}
     for item in gated:
         rule = _rule(item["id"])
         outcomes = set()

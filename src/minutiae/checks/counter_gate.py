@@ -22,7 +22,7 @@ keep their state untouched and unreported for up to :data:`ABSENT_TTL_S`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from minutiae.checks.counters import Context, CounterRule, Previous, Verdict, judge
 from minutiae.checks.engine import Engine
@@ -38,6 +38,8 @@ SOURCE = "counters"
 MIN_GAP_S = 900.0
 #: state of a component that has had no verdict for this long is dropped
 ABSENT_TTL_S = 24 * 3600.0
+#: the agent's check interval (its default): a replay's "previous check" is at most this long ago
+AGENT_INTERVAL_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +151,73 @@ def _pending(gated: Mapping[str, CounterRule], current: Mapping[tuple[str, str],
         lines.append(f"pending {rid}: {first}{more}: held {held:.0f} s, alarms once held "
                      f"{g.for_s:g} s")
     return lines
+
+
+class GateReplay:
+    """The gated rules of a replayed history (the simulator's eval, the controller's backtest)
+    concluded as the agent concludes them: through :func:`gated_findings`, state carried.
+
+    The agent judges every component every 10 s; a replay judges only when values change. So
+    :meth:`check` returns, with the alarms, the times at which the caller must judge again with
+    the same values (``changed=False``): when a persistence, flap window or healthy delay can
+    end, and, while something is alarmed, at least every ``KEEP_S`` (a gap longer than the
+    engine's ``max_gap_s`` would restart the stretch). Between holds the engine is not
+    consulted (it could only say "no"); when a condition starts after such a pause, the engine
+    is first shown a quiet check ``AGENT_INTERVAL_S`` earlier, so that it is seen as a start
+    (an onset), as the agent sees it. ``end``: when the replayed history ends (no re-check
+    after it)."""
+
+    #: while alarmed, judge again at least this often (half the shortest ``max_gap_s``)
+    KEEP_S = MIN_GAP_S / 2
+
+    def __init__(self, rules: Sequence[CounterRule], node: str = "localhost",
+                 end: float = float("inf")) -> None:
+        self.gated = tuple(r for r in rules if r.gate is not None)
+        self.node = node
+        self.end = end      # the history ends here: no re-check after it
+        self.waits = sorted({w for r in self.gated if r.gate is not None
+                             for w in (r.gate.for_s, r.gate.clear_after_s, r.gate.window_s) if w > 0})
+        self.waits_max = max(self.waits, default=0.0)
+        self.state: EngineState | None = None
+        self.alarmed = False
+        self.last_hold: float | None = None
+        self.prev_t: float | None = None
+        self.pending: set[float] = set()
+        self.holding: set[tuple[str, str]] = set()
+
+    def check(self, verdicts: Sequence[Verdict], t: float, changed: bool = True
+              ) -> tuple[list[Finding], list[float]]:
+        """This check's verdicts of the gated rules (every component they apply to) at ``t``:
+        the alarmed findings, and the new times to judge again at."""
+        found: list[Finding] = []
+        new: list[float] = []
+        self.pending = {x for x in self.pending if x > t}
+        if self.gated:
+            holds = any(v.holds for v in verdicts)
+            idle = not self.alarmed and (self.last_hold is None or t - self.last_hold > self.waits_max + 1.0)
+            if holds and idle and self.prev_t is not None:
+                quiet = [replace(v, holds=False) for v in verdicts]
+                qt = max(self.prev_t, t - AGENT_INTERVAL_S)
+                self.state = gated_findings(self.gated, quiet, qt, self.state, self.node).state
+            if holds:
+                self.last_hold = t
+            if self.alarmed or (self.last_hold is not None and t - self.last_hold <= self.waits_max + 1.0):
+                was = self.alarmed
+                gate = gated_findings(self.gated, verdicts, t, self.state, self.node)
+                self.state = gate.state
+                self.alarmed = bool(gate.findings)
+                found = list(gate.findings)
+                # a condition started or stopped (a new value, or a boot grace that ended)
+                holding = {(v.rule.id, v.component) for v in verdicts if v.holds}
+                if holding != self.holding or changed and (holds or was or self.alarmed):
+                    new = [t + w + 1.0 for w in self.waits]
+                self.holding = holding
+                if self.alarmed and not any(x <= t + self.KEEP_S for x in (*self.pending, *new)):
+                    new.append(t + self.KEEP_S)
+                new = [x for x in new if x not in self.pending and x <= self.end]
+                self.pending.update(new)
+        self.prev_t = t
+        return found, new
 
 
 def run_sequence(rule: CounterRule, steps: Sequence[tuple[float, Mapping[str, Scalar]]],

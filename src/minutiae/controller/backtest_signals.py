@@ -17,11 +17,12 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from minutiae.checks.catalog import LogRule, kernel_log_rules
+from minutiae.checks.counter_gate import GateReplay
 from minutiae.checks.counters import (
     UPTIME,
     Context,
@@ -178,8 +179,6 @@ class _Previous(Mapping[tuple[str, str], tuple[float, float]]):
 
 #: the agent re-checks this soon: a rate that was high at a change sample is judged again
 RECHECK_S = 60.0
-#: the agent's check interval (its default)
-AGENT_INTERVAL_S = 10.0
 
 
 def ib_signals(text: str, where: str, node: str = "localhost", boots: Sequence[float] = ()
@@ -197,8 +196,6 @@ def ib_signals(text: str, where: str, node: str = "localhost", boots: Sequence[f
     moments their persistence, window or healthy delay can end. ``boots`` (times, from the
     kernel log) give the rules ``node.uptime_s``; every port is judged again when a rule's boot
     grace ends (a port still down then has no new sample)."""
-    from minutiae.checks.counter_gate import gated_findings
-
     rows = parse_csv(text, where, ("time", "device", "port", "counter", "value"))
     rows.sort(key=lambda r: float(r["time"]) if _num(r["time"]) else 0.0)
     plain = tuple(r for r in ib_rules() if r.gate is None)
@@ -206,18 +203,17 @@ def ib_signals(text: str, where: str, node: str = "localhost", boots: Sequence[f
     group = tuple(r for r in plain if r.cond.op == "below_group_max")
     gated = tuple(r for r in ib_rules() if r.gate is not None)
     rates = {r.id for r in plain if r.cond.op in RATE_OPS}
-    waits = sorted({w for r in gated if r.gate is not None
-                    for w in (r.gate.for_s, r.gate.clear_after_s, r.gate.window_s) if w > 0})
-    waits_max = max(waits, default=0.0)
-    last_hold: float | None = None
-    alarmed = False
+    # the gates keep timing after the last row (a window, a healthy delay) for twice their
+    # longest wait; not forever (an alarm that holds to the end re-checks while it lasts)
+    last = max((float(r["time"]) for r in rows if _num(r["time"])), default=0.0)
+    waits = [w for r in gated if r.gate is not None for w in (r.gate.for_s, r.gate.clear_after_s, r.gate.window_s)]
+    replay = GateReplay(gated, node, end=last + 2 * max(waits, default=0.0) + 1.0)
     values: dict[str, dict[str, Any]] = {}
     prev: dict[str, dict[str, Any]] = {}
     prev_t: float | None = None
     grouped = {m for r in group for m in (*r.cond.metrics, r.cond.group_by or "")}
     had: set[str] = set()
     group_found: list[Finding] = []
-    state = None
     out: list[tuple[float, tuple[Finding, ...]]] = []
     boot_list = sorted(boots)
     grace = max((boot_grace_s(r) for r in ib_rules()), default=0.0)
@@ -259,30 +255,11 @@ def ib_signals(text: str, where: str, node: str = "localhost", boots: Sequence[f
         if regroup:  # group rules compare ports: only a change of what they compare matters
             group_found = evaluate(group, Context({**values, **node_vals}, previous, t))
         found = evaluate(nongroup, Context(sub, previous, t)) + group_found
-        if gated:
+        if gated:  # the agent's engine over the gated rules' verdicts (shared with the sim eval)
             ordered = {**{c: values[c] for c in sorted(values)}, **node_vals}
-            verdicts = judge(gated, Context(ordered, previous, t))
-            holds = any(v.holds for v in verdicts)
-            idle = not alarmed and (last_hold is None or t - last_hold > waits_max + 1.0)
-            if holds and idle and prev_t is not None:
-                # the gates were left alone while nothing held: show them the quiet check
-                # before this one, so that this is seen as a condition starting (an onset)
-                quiet = [replace(v, holds=False) for v in verdicts]
-                qt = max(prev_t, t - AGENT_INTERVAL_S)  # the agent's previous check
-                state = gated_findings(gated, quiet, qt, state, node).state
-            if holds:
-                last_hold = t
-            # nothing held within the longest window and no alarm: the gates cannot say
-            # anything but "no" (the engine is only consulted while something is timing)
-            if alarmed or (last_hold is not None and t - last_hold <= waits_max + 1.0):
-                gate = gated_findings(gated, verdicts, t, state, node)
-                state = gate.state
-                alarmed = bool(gate.findings)
-                found += list(gate.findings)
-                # judge again when a persistence, window or healthy delay can end (re-checks
-                # re-arm only while alarmed)
-                if alarmed or (changed and holds):
-                    ticks += [x for x in (t + w + 1.0 for w in waits) if x not in ticks]
+            gate_found, again = replay.check(judge(gated, Context(ordered, previous, t)), t, bool(changed))
+            found += gate_found
+            ticks += [x for x in again if x not in ticks]
         had = {f.component for f in found if f.component}
         out.append((t, tuple(found)))
         if changed and any(f.rule in rates for f in found):

@@ -51,15 +51,21 @@ def _kernel_log(ctx: Context) -> tuple[list[Detection], list[str], int]:
 
 # ------------------------------------------------------------------ IB counters (sysfs replay)
 def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
-    from minutiae.checks.counters import boot_grace_s, context, counter_rules, evaluate
+    from minutiae.checks.counter_gate import GateReplay
+    from minutiae.checks.counters import Context as RuleContext
+    from minutiae.checks.counters import boot_grace_s, context, counter_rules, evaluate, judge
     from minutiae.parsers.snapshot import SnapshotBuilder
     from minutiae.parsers.sysfs_ib import SOURCE, parse_ib_port
 
     rules = counter_rules()
+    plain = tuple(r for r in rules if r.gate is None)
+    # rules with persistence / healthy delay / flapping: the agent's engine, as in the backtest
+    gated = tuple(r for r in rules if r.gate is not None and r.component == "ib")
     # a rule quiet in a boot's first minutes is judged again when that grace ends (a port that
     # is still down then did not change, so the change log has no row for it)
-    graced = tuple(r for r in rules if boot_grace_s(r) > 0)
-    grace = max((boot_grace_s(r) for r in graced), default=0.0)
+    graced = tuple(r for r in plain if boot_grace_s(r) > 0)
+    grace = max((boot_grace_s(r) for r in rules if r.component == "ib"), default=0.0)
+    gated_metrics = {m for r in gated for c in (r.cond, *r.unless) for m in c.metrics}
     interval = float(ctx.ds.meta.get("sampling", {}).get("ib_interval_s", 300))
     out: list[Detection] = []
     notes: list[str] = []
@@ -72,30 +78,30 @@ def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
         n += 1
         files: dict[tuple[str, str], dict[str, str]] = {}
         prev_vals: dict[tuple[str, str], float] = {}
+        port_vals: dict[str, dict[str, Any]] = {}
         rows = list(ib_rows(path))
         active = _Active()
+        gate_active = _Active()
+        replay = GateReplay(gated, node, end=ctx.ds.end)
         rates: dict[tuple[str, str], float] = {}
         i = 0
         boots = ctx.ds.boots.get(node, [])
         # at the first sample (every `interval` from the start) at or after the grace's end
         recheck = sorted(ctx.ds.start + math.ceil((b + grace - ctx.ds.start) / interval) * interval
                          for b in boots if grace > 0 and b + grace > ctx.ds.start)
-        while i < len(rows) or recheck:
+        ticks: list[float] = []     # the gates' re-checks (a persistence or window can end)
+        while i < len(rows) or recheck or ticks:
+            t = min(x for x in (rows[i][0] if i < len(rows) else None,
+                                recheck[0] if recheck else None,
+                                ticks[0] if ticks else None) if x is not None)
+            graced_now = bool(recheck) and recheck[0] == t
+            while recheck and recheck[0] == t:
+                recheck.pop(0)
+            tick_now = bool(ticks) and ticks[0] <= t
+            while ticks and ticks[0] <= t:
+                ticks.pop(0)
             changed: set[tuple[str, str]] = set()
             regroup = False
-            judged = rules
-            if recheck and (i >= len(rows) or recheck[0] < rows[i][0]):
-                t = recheck.pop(0)  # a boot grace ended: every port is judged again, by the
-                judged = graced     # rules with a grace (rates would see no time pass)
-            elif recheck and recheck[0] == rows[i][0]:
-                t = rows[i][0]      # a sample at that time: the ports it changed are applied
-                recheck.pop(0)      # first, then every port is judged by every rule
-                regroup = True
-                regroup = bool(files)
-                if not regroup:
-                    continue
-            else:
-                t = rows[i][0]
             while i < len(rows) and rows[i][0] == t:
                 _, dev, port, counter, value = rows[i]
                 key = counter if counter in ("state", "phys_state", "rate") else f"counters/{counter}"
@@ -106,12 +112,21 @@ def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
             if any(b - REBOOT_S <= t < b for b in boots):
                 continue    # the node is down for a reboot: no agent reads its ports then
             # only the ports that changed can change their findings (all of them when a rate
-            # changed: the rate rule compares a port with its node's other ports)
-            ports = set(files) if regroup else changed
+            # changed: the rate rule compares a port with its node's other ports, and when a
+            # boot grace ended: by the rules with a grace, rates would see no time pass)
+            judged = plain
+            if not changed:
+                judged = graced if graced_now else ()
+            ports = set(files) if regroup or (graced_now and not changed) else changed
             b = SnapshotBuilder(SOURCE)
             for dev, port in sorted(ports):
                 parse_ib_port(b, dev, port, files[(dev, port)], str(path))
             obs = [Observation(o.source, o.component, o.metric, o.value, t) for o in b.build().observations]
+            gate_dirty = False      # a value the gated rules read changed
+            for o in obs:
+                vals = port_vals.setdefault(o.component, {})
+                gate_dirty |= o.metric in gated_metrics and vals.get(o.metric) != o.value
+                vals[o.metric] = o.value
             if not regroup:     # the group rule needs every port's rate
                 obs += [Observation(SOURCE, f"ib:{d}/{p}", "rate_gbps", rates[(d, p)], t)
                         for (d, p) in files if (d, p) not in ports and (d, p) in rates]
@@ -122,14 +137,29 @@ def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
             previous = {k: (v, t - interval) for k, v in prev_vals.items()}
             up = ctx.ds.uptime(node, t)
             extra = {"node": {"uptime_s": up}} if up is not None else None
-            scope = {f"ib:{d}/{p}" for d, p in ports}
-            found = [f for f in evaluate(judged, context(obs, previous, t, extra))
-                     if (f.component or "") in scope or not (f.component or "").startswith("ib:")]
-            only = None if judged is rules else {r.id for r in judged}
-            for f in active.fresh(found, scope, only):
-                d = ctx.detection("ib_counters", node, t, f)
-                if d is not None:
-                    out.append(d)
+            if judged:
+                scope = {f"ib:{d}/{p}" for d, p in ports}
+                found = [f for f in evaluate(judged, context(obs, previous, t, extra))
+                         if (f.component or "") in scope or not (f.component or "").startswith("ib:")]
+                only = None if judged is plain else {r.id for r in judged}
+                for f in active.fresh(found, scope, only):
+                    d = ctx.detection("ib_counters", node, t, f)
+                    if d is not None:
+                        out.append(d)
+            # the gates see every port whenever what they read changed, a boot grace ended or a
+            # persistence / window / healthy delay can end (between those their verdicts are
+            # the same; the engine keeps the time, as the agent's does)
+            if gated and (gate_dirty or graced_now or tick_now):
+                values: dict[str, Any] = dict(port_vals)
+                if up is not None:
+                    values["node"] = {"uptime_s": up}
+                verdicts = judge(gated, RuleContext(values, previous, t))
+                found_g, again = replay.check(verdicts, t, bool(changed) or graced_now)
+                ticks = sorted({*ticks, *again})
+                for f in gate_active.fresh(found_g):
+                    d = ctx.detection("ib_counters", node, t, f)
+                    if d is not None:
+                        out.append(d)
             for o in obs:
                 if isinstance(o.value, int | float) and not isinstance(o.value, bool):
                     prev_vals[(o.component, o.metric)] = float(o.value)
@@ -144,18 +174,24 @@ COUNTERS = ("pcie_replay", "nvlink_errors", "ecc_sbe", "ecc_dbe")
 
 
 def _telemetry(ctx: Context) -> tuple[list[Detection], list[str], int]:
-    from minutiae.checks.counters import context, counter_rules, evaluate
+    from minutiae.checks.counter_gate import GateReplay
+    from minutiae.checks.counters import Context as RuleContext
+    from minutiae.checks.counters import context, counter_rules, evaluate, judge
     from minutiae.parsers.dcgm import FIELDS
     from minutiae.sim.fleet import gpu_bus
     from minutiae.sim.telemetry import DCGM_FIELDS
 
-    rules = counter_rules()
+    rules = tuple(r for r in counter_rules() if r.gate is None)
+    # rules with persistence / healthy delay (a throttle must last 5 min): the agent's engine
+    gated = tuple(r for r in counter_rules() if r.gate is not None and r.component == "gpu")
     g_n = ctx.ds.gpus
     cols = ["time", "node", "gpu", *DCGM_FIELDS, "pcie_width"]
     metric = {c: FIELDS[f][0] for c, (f, _t, _h) in DCGM_FIELDS.items() if f in FIELDS}
     metric["pcie_width"] = FIELDS["DCGM_FI_DEV_PCIE_LINK_WIDTH"][0]
     width_max = FIELDS["DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"][0]
     comps = [f"gpu:0000:{gpu_bus(g)}:00.0" for g in range(g_n)]
+    gated_cols = sorted({c for c, m in metric.items()
+                         for r in gated for cond in (r.cond, *r.unless) if m in cond.metrics})
     out: list[Detection] = []
     n = 0
     for batch in telemetry_batches(ctx.ds.root / "telemetry.parquet", cols):
@@ -179,8 +215,42 @@ def _telemetry(ctx: Context) -> tuple[list[Detection], list[str], int]:
             dirty, node_dirty, cad_s = _telemetry_triggers(grid, present, times)
             last: dict[tuple[str, str], float] = {}
             active = _Active()
-            for k in np.flatnonzero(dirty.any(axis=1) | node_dirty):
-                t = float(times[k])
+            gate_active = _Active()
+            replay = GateReplay(gated, node, end=float(times[-1]))
+            ticks: list[float] = []     # the gates' re-checks (a persistence can end)
+            gate_last: np.ndarray | None = None
+            ks = np.flatnonzero(dirty.any(axis=1) | node_dirty).tolist()
+            j = 0
+            while j < len(ks) or ticks:
+                tick_now = sample = False
+                if ticks and (j >= len(ks) or ticks[0] < times[ks[j]]):
+                    # no new sample: the values of the latest one, judged later
+                    t = ticks.pop(0)
+                    k = int(np.searchsorted(times, t, side="right")) - 1
+                    tick_now = True
+                else:
+                    sample = True
+                    k = ks[j]
+                    j += 1
+                    t = float(times[k])
+                    while ticks and ticks[0] <= t:
+                        ticks.pop(0)
+                        tick_now = True
+                if gated_cols:
+                    cur = np.stack([np.where(present[k], grid[c][k], -1) for c in gated_cols])
+                    gate_dirty = gate_last is None or not np.array_equal(cur, gate_last)
+                    if gate_dirty or tick_now:
+                        gate_last = cur
+                        vals = {comps[g]: {metric[c]: int(grid[c][k, g]) for c in gated_cols}
+                                for g in np.flatnonzero(present[k])}
+                        found_g, again = replay.check(judge(gated, RuleContext(vals, {}, t)), t, gate_dirty)
+                        ticks = sorted({*ticks, *again})
+                        for f in gate_active.fresh(found_g):
+                            d = ctx.detection("telemetry", node, t, f)
+                            if d is not None:
+                                out.append(d)
+                if not sample:
+                    continue
                 gs = np.flatnonzero(dirty[k])
                 obs: list[Observation] = []
                 scope = {comps[g] for g in gs}
@@ -199,7 +269,7 @@ def _telemetry(ctx: Context) -> tuple[list[Detection], list[str], int]:
                     extra = {"node": {"expected_gpus": g_n, "uptime_s": ctx.ds.uptime(node, t)}}
                 prev = {(o.component, o.metric): (last[(o.component, o.metric)], t - cad_s)
                         for o in obs if (o.component, o.metric) in last}
-                found = evaluate(rules, context(obs, prev, t, extra))
+                found = evaluate(rules, context(obs, prev, t, extra))  # ungated rules
                 for f in active.fresh(found, scope):
                     d = ctx.detection("telemetry", node, t, f)
                     if d is not None:

@@ -50,6 +50,7 @@ class IbSeries:
     phys: np.ndarray
     degraded: np.ndarray      # bool: rate retrained down
     xmit_bytes: np.ndarray    # cumulative data (for the snapshot's port_xmit_data)
+    blip_s: np.ndarray | None = None  # seconds the port left ACTIVE at that sample (a flap), 0: none
 
 
 def simulate_ib(times: np.ndarray, ports: int, events: list[TruthEvent], boots: list[float],
@@ -63,6 +64,7 @@ def simulate_ib(times: np.ndarray, ports: int, events: list[TruthEvent], boots: 
     state = np.full((t_n, ports), 4, dtype=np.int8)
     phys = np.full((t_n, ports), 5, dtype=np.int8)
     degraded = np.zeros((t_n, ports), dtype=bool)
+    blip = np.zeros((t_n, ports), dtype=np.float64)
     for b in boots:
         down = (times >= b - 300) & (times < b + settle_s / 2)
         init = (times >= b + settle_s / 2) & (times < b + settle_s)
@@ -90,9 +92,11 @@ def simulate_ib(times: np.ndarray, ports: int, events: list[TruthEvent], boots: 
             np.add.at(inc["symbol_error"][:, p], idx, rng.integers(5, 200, len(idx)))
             w = np.flatnonzero(win)
             if len(w):
-                downs = w[rng.random(len(w)) < 0.3]
-                state[downs, p] = 1
-                phys[downs, p] = 2
+                # a flap: the link retrains in seconds and is ACTIVE again at the subnet
+                # manager's next sweep; 30 % of the samples see a down of 10-60 s start
+                r = rng.random(len(w))
+                downs = r < 0.3
+                blip[w[downs], p] = np.round(10.0 + 50.0 * r[downs] / 0.3)
         elif ev.cls == "ib_symbol_errors":
             per_sample = float(rng.uniform(20, 2000)) * (times[1] - times[0] if t_n > 1 else 300) / 3600
             w = np.flatnonzero(win)
@@ -110,14 +114,16 @@ def simulate_ib(times: np.ndarray, ports: int, events: list[TruthEvent], boots: 
     rate = np.where(busy[:, None], 2.0e10, 1.0e6) * dt  # bytes per sample while a job runs
     up = (state == 4)
     xmit = np.cumsum(np.where(up, rate, 0.0) * rng.uniform(0.9, 1.1, size=(t_n, ports)), axis=0)
-    return IbSeries(times, counters, state, phys, degraded, xmit)
+    return IbSeries(times, counters, state, phys, degraded, xmit, blip)
 
 
 def write_ib_csv(fh: TextIO, s: IbSeries, rate_text: str, degraded_text: str) -> int:
     """Rows ``time,device,port,counter,value`` at the first sample, at every change, and at the
-    last sample (counters cumulative, value as sysfs text). Returns the row count."""
+    last sample (counters cumulative, value as sysfs text); a port that left ACTIVE for less
+    than a sample (``blip_s``) has its DOWN/Polling rows at the sample and its ACTIVE/LinkUp
+    rows at the second it came back. Returns the row count."""
     t_n, ports = s.state.shape
-    rows: list[tuple[int, int, str, str]] = []
+    rows: list[tuple[float, int, str, str]] = []
     series: list[tuple[str, np.ndarray, dict[int, str] | None]] = [
         (c, s.counters[c], None) for c in ERROR_COUNTERS]
     series += [("state", s.state, STATE_TEXT), ("phys_state", s.phys, PHYS_TEXT),
@@ -131,10 +137,18 @@ def write_ib_csv(fh: TextIO, s: IbSeries, rate_text: str, degraded_text: str) ->
         ti, pi = np.nonzero(changed)
         vals = arr[ti, pi]
         for a, b, v in zip(ti.tolist(), pi.tolist(), vals.tolist(), strict=True):
-            rows.append((a, b, name, text[int(v)] if text else str(int(v))))
+            rows.append((float(s.times[a]), b, name, text[int(v)] if text else str(int(v))))
+    if s.blip_s is not None and t_n > 2:
+        # only inside a stretch of ACTIVE samples (no state row of its own at that sample)
+        inside = np.zeros((t_n, ports), dtype=bool)
+        inside[1:-1] = (s.state[1:-1] == 4) & (s.state[:-2] == 4) & (s.state[2:] == 4)
+        for a, b in zip(*np.nonzero((s.blip_s > 0) & inside), strict=True):
+            t0, t1 = float(s.times[a]), float(s.times[a]) + float(s.blip_s[a, b])
+            rows += [(t0, int(b), "state", STATE_TEXT[1]), (t0, int(b), "phys_state", PHYS_TEXT[2]),
+                     (t1, int(b), "state", STATE_TEXT[4]), (t1, int(b), "phys_state", PHYS_TEXT[5])]
     rows.sort(key=lambda r: (r[0], r[1]))
-    for ti_, p, name, val in rows:
-        fh.write(f"{s.times[ti_]:.0f},{hca_name(p)},1,{name},{val}\n")
+    for t, p, name, val in rows:
+        fh.write(f"{t:.0f},{hca_name(p)},1,{name},{val}\n")
     return len(rows)
 
 
