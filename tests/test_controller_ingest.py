@@ -4,6 +4,7 @@ real agent ``Pusher`` speaks that protocol with a real controller app (contract 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -11,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from minutiae.agent.push import Outbox, Pusher
 from minutiae.controller.api import MAX_BODY, make_app
+from minutiae.controller.backtest_record import ReportRecorder
 from minutiae.controller.policy import load_policy
 from minutiae.controller.reconcile import assess
 from minutiae.controller.service import Controller
@@ -166,3 +168,21 @@ def test_hot_paths_need_the_token(tmp_path, path):
     _, client = make(tmp_path, FakeClock())
     assert client.post(path, json=report("gpu001")).status_code == 401
     assert client.post(path, json=report("gpu001"), headers=AUTH).status_code in (200, 202)
+
+
+def test_recorded_history_keeps_nodes_alive_through_heartbeats(tmp_path):
+    """``MINUTIAE_RECORD`` (for ``minutiae backtest``): a heartbeat is recorded as the node's
+    full report at the heartbeat's time (at most once per recorder heartbeat interval)."""
+    clock = FakeClock()
+    ctl = Controller(Store(tmp_path / "c.db"), RecordingBackend(name="slurm"), POLICY, clock,
+                     recorder=ReportRecorder(tmp_path / "rec", heartbeat_s=60.0))
+    client = TestClient(make_app(ctl, TOKEN))
+    digest = client.post("/v1/reports", json=report("gpu001"), headers=AUTH).json()["digest"]
+    for _ in range(12):                                     # 10 s apart for 2 minutes
+        clock.advance(10)
+        assert client.post("/v1/reports", json={"node": "gpu001", "digest": digest},
+                           headers=AUTH).status_code == 202
+    lines = [json.loads(x) for x in (tmp_path / "rec/reports.jsonl").read_text().splitlines()]
+    t0 = lines[0]["time"]
+    assert [round(x["time"] - t0) for x in lines] == [0, 60, 120]
+    assert {x["status"] for x in lines} == {"ok"} and all("digest" not in x for x in lines)

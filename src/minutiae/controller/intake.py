@@ -83,6 +83,9 @@ class Intake:
         self._beats: dict[str, float] = {}
         self._changed: set[str] = set()
         self._interesting: set[str] = set()
+        #: with a recorder: each node's last full body, recorded again for its heartbeats (the
+        #: backtest must see the node alive while it sent them)
+        self._bodies: dict[str, Mapping[str, Any]] = {}
 
     def load(self, rows: Iterable[tuple[str, float, str, str]]) -> list[str]:
         """Reports from the store (``Store.load_reports``); returns a line per unreadable one."""
@@ -96,6 +99,8 @@ class Intake:
                 continue
             rep = replace(rep, time=received)  # as dated when it arrived (age already applied)
             self._keep(rep, dom or json.loads(domains), report_digest(body))
+            if self.recorder is not None:
+                self._bodies[node] = body
         return problems
 
     def _keep(self, rep: Report, domains: dict[str, str], digest: str) -> None:
@@ -133,6 +138,7 @@ class Intake:
             self._beats.pop(rep.node, None)
             self._pending[rep.node] = raw if raw is not None else json.dumps(body).encode()
         if self.recorder is not None:
+            self._bodies[rep.node] = body
             self.recorder.record(rep, body)
         return rep, digest, prev is None or signature(prev) != signature(rep)
 
@@ -165,6 +171,9 @@ class Intake:
             self._changed.add(node)
             if node not in self._pending:
                 self._beats[node] = when
+            full = self._bodies.get(node)
+        if self.recorder is not None and full is not None:
+            self.recorder.record(rep, full)
         return rep
 
     def take(self) -> Batch:
