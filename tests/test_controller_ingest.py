@@ -4,11 +4,14 @@ real agent ``Pusher`` speaks that protocol with a real controller app (contract 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import replace
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minutiae.agent.push import Outbox, Pusher
 from minutiae.controller.api import MAX_BODY, make_app
@@ -18,6 +21,7 @@ from minutiae.controller.reconcile import assess
 from minutiae.controller.service import Controller
 from minutiae.controller.state import Health
 from minutiae.controller.store import Store
+from minutiae.errors import MinutiaeError
 from minutiae.testing import FakeClock
 from minutiae.testing.backends import RecordingBackend
 
@@ -186,3 +190,22 @@ def test_recorded_history_keeps_nodes_alive_through_heartbeats(tmp_path):
     t0 = lines[0]["time"]
     assert [round(x["time"] - t0) for x in lines] == [0, 60, 120]
     assert {x["status"] for x in lines} == {"ok"} and all("digest" not in x for x in lines)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40),
+                     lambda kids: st.lists(kids, max_size=4)
+                     | st.dictionaries(st.text(max_size=8), kids, max_size=4), max_leaves=12)
+
+
+def test_heartbeat_garbage_is_refused_never_a_crash(tmp_path):
+    ctl = Controller(Store(tmp_path / "c.db"), RecordingBackend(name="slurm"), POLICY,
+                     FakeClock())
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.dictionaries(st.sampled_from(["node", "digest", "agent", "x"]), _json, max_size=4))
+    def run(body):
+        with contextlib.suppress(MinutiaeError):
+            ctl.ingest_digest({**body, "digest": body.get("digest", "0" * 32)})
+        assert ctl.intake.reports == {}
+
+    run()
