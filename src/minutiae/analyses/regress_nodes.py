@@ -23,9 +23,10 @@ Method (sparse least squares over run × node incidences, scipy):
 
 Before that, a fleet-wide time-of-day cycle (facility temperature, daytime load on shared storage
 or network) is measured: residuals against each signature's median over ±12 h (a whole cycle,
-so the level does not follow it), mean per UTC hour over all signatures; when the 24 hourly means
-differ beyond noise (χ² with 23 degrees of freedom, p < ``hour_alpha``) and by at least
-``min_effect``/2, each run's hour offset is taken out too. A cycle seen by a busy signature
+so the level does not follow it), fitted over all signatures by the daily cycle's first two
+harmonics (sin/cos of 2π and 4π × UTC time of day); when they are beyond noise (χ², 4 degrees of
+freedom, p < ``hour_alpha``) and swing by at least ``min_effect``/2, each run's offset at its
+start time is taken out too. A cycle seen by a busy signature
 (dozens of runs a day) otherwise reads as a change point every half day.
 
 ``NodeAdjustment`` reports what was taken out: each run's penalty and the nodes found slow.
@@ -116,8 +117,9 @@ def node_penalties(runs: Sequence[RunRecord], p: NodeParams | None = None) -> No
     inc_node = np.fromiter((col[n] for r in order for n in r.nodes), np.int64)
     if not order or not math.isfinite(sigma):
         return NodeAdjustment({}, {}, sigma, sigma)
-    hours, hour_p = _hour_of_day(y, sig_of, times, sigma, p)
-    hour_off = hours[((times % DAY) // 3600).astype(np.int64)] if hours.size else np.zeros(len(order))
+    coef, hour_p = _hour_of_day(y, sig_of, times, sigma, p)
+    hour_off = _day_basis(times) @ coef if coef.size else np.zeros(len(order))
+    hours = _day_basis(np.arange(24, dtype=np.float64) * 3600.0 + 1800.0) @ coef if coef.size else np.zeros(0)
     y = y - hour_off
     penalty = np.zeros(len(order))
     if not names:
@@ -155,9 +157,17 @@ def _result(ids: list[str], total: F64, slow: dict[str, tuple[int, float]], sigm
                           _pooled_sigma(series), tuple(float(h) for h in hours), hour_p)
 
 
+def _day_basis(times: F64) -> F64:
+    """The daily cycle's first two harmonics at each time: sin, cos of 2π and 4π × time of day."""
+    w = 2.0 * np.pi * (times % DAY) / DAY
+    return np.column_stack([np.sin(w), np.cos(w), np.sin(2 * w), np.cos(2 * w)])
+
+
 def _hour_of_day(y: F64, sig_of: npt.NDArray[np.int64], times: F64, sigma: float,
                  p: NodeParams) -> tuple[F64, float]:
-    """Fleet-wide offset of each UTC hour (log units; empty when not beyond noise) and its p."""
+    """Fleet-wide daily cycle: least-squares coefficients of its first two harmonics (log units;
+    empty when not beyond noise) and the p-value of all four being zero (χ², 4 dof). Four numbers
+    rather than 24 hourly means: a few days of runs pin a smooth cycle, not 24 noisy bins."""
     res = np.full(y.size, np.nan)
     for g in np.unique(sig_of):
         idx = np.flatnonzero(sig_of == g)
@@ -167,20 +177,18 @@ def _hour_of_day(y: F64, sig_of: npt.NDArray[np.int64], times: F64, sigma: float
         for k in np.flatnonzero(hi - lo >= p.hour_min_runs):
             res[idx[k]] = y[idx[k]] - float(np.median(y[idx[lo[k]:hi[k]]]))
     ok = np.isfinite(res)
-    if ok.sum() < 24 * p.hour_min_runs:
+    if ok.sum() < 4 * p.hour_min_runs:
         return np.zeros(0), 1.0
     r = np.clip(res[ok], -p.clip * sigma, p.clip * sigma)
-    hour = ((times[ok] % DAY) // 3600).astype(np.int64)
-    cnt = np.bincount(hour, minlength=24).astype(np.float64)
-    if (cnt == 0).any():
-        return np.zeros(0), 1.0
-    mean = np.bincount(hour, weights=r, minlength=24) / cnt
-    off = mean - float(r.mean())
-    chi2 = float(np.sum(cnt * off ** 2) / sigma ** 2)
-    pv = float(stats.chi2.sf(chi2, 23))
-    if pv >= p.hour_alpha or float(np.abs(off).max()) < math.log1p(p.min_effect / 2):
+    x = _day_basis(times[ok])
+    x = x - x.mean(axis=0)
+    coef, *_ = np.linalg.lstsq(x, r - r.mean(), rcond=None)
+    chi2 = float(coef @ (x.T @ x) @ coef) / sigma ** 2
+    pv = float(stats.chi2.sf(chi2, 4))
+    if pv >= p.hour_alpha or float(np.abs(_day_basis(np.arange(0.0, DAY, 600.0)) @ coef).max()) < math.log1p(
+            p.min_effect / 2):
         return np.zeros(0), pv
-    return off, pv
+    return coef, pv
 
 
 def adjusted_runs(runs: Sequence[RunRecord], adj: NodeAdjustment) -> list[RunRecord]:
