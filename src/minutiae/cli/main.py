@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "explain": "fleet",
     "pause": "fleet",
     "unpause": "fleet",
+    "jobs": "fleet",
     "backtest": "backtest",
 }
 
