@@ -173,3 +173,28 @@ def test_the_schedulers_job_tolerance_is_used_and_the_api_overrides_it(tmp_path)
     clock.advance(5)
     ctl.step()
     assert drained(backend) == ["gpu001", "gpu002", "gpu003"]
+
+
+def test_jobs_cli_sets_lists_and_forgets_tolerances(tmp_path):
+    import subprocess
+    import sys
+
+    from minutiae.testing.serve import ServeProcess
+
+    tok = tmp_path / "token"
+    tok.write_text(TOKEN)
+    cli = [sys.executable, "-m", "minutiae.cli.main", "jobs"]
+    with ServeProcess(tmp_path / "ctl", TOKEN, "--backend", "dry-run") as ctl:
+        def run(*args):
+            return subprocess.run([*cli, "--controller", ctl.url, *args], capture_output=True,
+                                  text=True, timeout=60)
+        r = run("--tolerance", "4242=3", "--token-file", str(tok))
+        assert r.returncode == 0, r.stderr
+        assert "  4242: 3  set through the API" in r.stdout
+        assert run("--tolerance", "4242=3").returncode == 3            # no token
+        bad = run("--tolerance", "4242=x", "--token-file", str(tok))
+        assert bad.returncode == 3 and "expected JOB=N" in bad.stderr
+        inj = run("--tolerance", "$(reboot)=1", "--token-file", str(tok))
+        assert inj.returncode == 3 and "invalid job id" in inj.stderr
+        r = run("--forget", "4242", "--token-file", str(tok), "--json")
+        assert r.returncode == 0 and '"tolerance": {}' in r.stdout

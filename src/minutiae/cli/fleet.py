@@ -80,5 +80,34 @@ def unpause(controller: str, token_file: str | None) -> None:
     click.echo("unpaused: the controller acts again (storm breaker re-armed)")
 
 
+@click.command("jobs")
+@click.option("--tolerance", "set_", metavar="JOB=N", default=None,
+              help="job JOB survives losing N nodes at once (the budget's per-job check)")
+@click.option("--forget", metavar="JOB", default=None,
+              help="forget JOB's tolerance (the policy's per_job_max_nodes applies)")
+@_controller
+@_token
+@_json
+def jobs(set_: str | None, forget: str | None, controller: str, token_file: str | None,
+         as_json: bool) -> None:
+    """Per-job tolerances: list them, or set/forget one (with the token)."""
+    from minutiae.cli.tokens import read_token
+    from minutiae.controller.client import Client, format_jobs
+    from minutiae.controller.wire import validate_job
+    from minutiae.errors import ConfigError
+
+    if set_ is not None or forget is not None:
+        c = Client(controller, read_token(token_file))
+        if set_ is not None:
+            job, _, n = set_.partition("=")
+            if not n.isdigit():
+                raise ConfigError(f"--tolerance: expected JOB=N with N a number, got {set_!r}")
+            c.put(f"/v1/jobs/{validate_job(job)}/tolerance", {"nodes": int(n)})
+        if forget is not None:
+            c.delete(f"/v1/jobs/{validate_job(forget)}/tolerance")
+    data = Client(controller).get("/v1/jobs")
+    _out(data, as_json, format_jobs(data))
+
+
 commands: dict[str, click.Command] = {"status": status, "nodes": nodes, "explain": explain,
-                                      "pause": pause, "unpause": unpause}
+                                      "pause": pause, "unpause": unpause, "jobs": jobs}

@@ -42,6 +42,12 @@ class Client:
     def post(self, path: str, body: Any) -> Any:
         return self._call("POST", path, body)
 
+    def put(self, path: str, body: Any) -> Any:
+        return self._call("PUT", path, body)
+
+    def delete(self, path: str) -> Any:
+        return self._call("DELETE", path)
+
 
 def _t(ts: float | None) -> str:
     if ts is None:
@@ -113,4 +119,21 @@ def format_explain(e: dict[str, Any]) -> str:
     if e.get("current_evidence") and not last:
         lines.append("  now:")
         lines += [f"    {x}" for x in e["current_evidence"]]
+    return "\n".join(lines)
+
+
+def format_jobs(j: dict[str, Any]) -> str:
+    lines = [f"per-job tolerance (nodes a running job may lose at once); policy default "
+             f"{j['default']}"]
+    sched = j.get("from_scheduler", {})
+    api = j.get("tolerance", {})
+    for job in sorted(sched.keys() | api.keys()):
+        if job in api:
+            src = "set through the API" + (f" (scheduler says {sched[job]})" if job in sched
+                                           else "")
+            lines.append(f"  {job}: {api[job]}  {src}")
+        else:
+            lines.append(f"  {job}: {sched[job]}  from the job's scheduler metadata")
+    if len(lines) == 1:
+        lines.append("  (none set: every job gets the default)")
     return "\n".join(lines)
