@@ -25,16 +25,19 @@ from minutiae.sim.report_text import console, scorecard
               type=click.Path(path_type=Path), help="report directory (index.html)")
 @click.option("--rate-scale", default=DEMO_RATE_SCALE, show_default=True, type=click.FloatRange(0),
               help="fault rates x this (the literature rates give ~1 fault per 3 days on 128 nodes)")
+@click.option("--noise-scale", default=None, type=click.FloatRange(0),
+              help="must-not-alarm event rates x this [default: the same as --rate-scale]")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 def command(nodes: int, gpus_per_node: int, days: float, seed: int, out: Path, report: Path,
-            rate_scale: float, quiet: bool) -> None:
+            rate_scale: float, noise_scale: float | None, quiet: bool) -> None:
     """Simulate NODES x GPUS for DAYS, score minutiae on it, write REPORT/index.html."""
     con = console()
     with progress_bar(quiet) as prog:
         s = run_sim(out, nodes=nodes, gpus_per_node=gpus_per_node, days=days, seed=seed,
-                    rate_scale=rate_scale, progress=prog)
+                    rate_scale=rate_scale, noise_scale=noise_scale, progress=prog)
     con.print(f"simulated {s.nodes} nodes x {s.gpus_per_node} GPUs for {s.days:g} days "
-                  f"(fault rates x{rate_scale:g}): {s.faults} faults, {s.benign} must-not-alarm events -> {out}")
+                  f"(fault rates x{rate_scale:g}, must-not-alarm rates "
+                  f"x{rate_scale if noise_scale is None else noise_scale:g}): {s.faults} faults, {s.benign} must-not-alarm events -> {out}")
     ev = evaluate(out, progress=None if quiet else lambda name: con.print(f"running {name} ..."))
     con.print(scorecard(ev))
     path = write_report(ev, report)

@@ -51,6 +51,8 @@ class IbSeries:
     degraded: np.ndarray      # bool: rate retrained down
     xmit_bytes: np.ndarray    # cumulative data (for the snapshot's port_xmit_data)
     blip_s: np.ndarray | None = None  # seconds the port left ACTIVE at that sample (a flap), 0: none
+    boots: tuple[float, ...] = ()     # boot times: port states change at their exact seconds
+    settle_s: float = 0.0
 
 
 def simulate_ib(times: np.ndarray, ports: int, events: list[TruthEvent], boots: list[float],
@@ -114,7 +116,7 @@ def simulate_ib(times: np.ndarray, ports: int, events: list[TruthEvent], boots: 
     rate = np.where(busy[:, None], 2.0e10, 1.0e6) * dt  # bytes per sample while a job runs
     up = (state == 4)
     xmit = np.cumsum(np.where(up, rate, 0.0) * rng.uniform(0.9, 1.1, size=(t_n, ports)), axis=0)
-    return IbSeries(times, counters, state, phys, degraded, xmit, blip)
+    return IbSeries(times, counters, state, phys, degraded, xmit, blip, tuple(boots), settle_s)
 
 
 def write_ib_csv(fh: TextIO, s: IbSeries, rate_text: str, degraded_text: str) -> int:
@@ -146,6 +148,16 @@ def write_ib_csv(fh: TextIO, s: IbSeries, rate_text: str, degraded_text: str) ->
             t0, t1 = float(s.times[a]), float(s.times[a]) + float(s.blip_s[a, b])
             rows += [(t0, int(b), "state", STATE_TEXT[1]), (t0, int(b), "phys_state", PHYS_TEXT[2]),
                      (t1, int(b), "state", STATE_TEXT[4]), (t1, int(b), "phys_state", PHYS_TEXT[5])]
+    # a boot's port states at their exact seconds (the samples show the same states, coarser):
+    # DOWN/Polling while the node reboots, INIT half way through the settle, ACTIVE after it;
+    # not for a port that is down for a fault then
+    for bt in s.boots:
+        after = int(np.searchsorted(s.times, bt + s.settle_s))
+        if not s.times[0] < bt - 300 or after >= t_n:
+            continue
+        for b in np.flatnonzero(s.state[after] == 4).tolist():
+            for t, st, ph in ((bt - 300, 1, 2), (bt + s.settle_s / 2, 2, 5), (bt + s.settle_s, 4, 5)):
+                rows += [(float(round(t)), b, "state", STATE_TEXT[st]), (float(round(t)), b, "phys_state", PHYS_TEXT[ph])]
     rows.sort(key=lambda r: (r[0], r[1]))
     for t, p, name, val in rows:
         fh.write(f"{t:.0f},{hca_name(p)},1,{name},{val}\n")

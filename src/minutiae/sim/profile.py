@@ -187,10 +187,20 @@ def default_profile_text() -> str:
     return resources.files("minutiae.sim").joinpath("profiles/default.toml").read_text("utf-8")
 
 
+#: benign units whose rate counts independent events (scaled by the noise scale)
+EVENT_UNITS = frozenset({"per_1000_gpu_days", "per_1000_port_days", "per_1000_node_days"})
+
+
 def load_profile(path: str | Path | None = None, *, rate_scale: float = 1.0,
-                 rates: dict[str, float] | None = None) -> Profile:
+                 noise_scale: float | None = None, rates: dict[str, float] | None = None) -> Profile:
     """Read and validate a profile (the packaged default when ``path`` is None), then apply the
-    overrides: ``rate_scale`` multiplies every harmful rate (not the benign ones) (fractions are capped at 3 %),
+    overrides: ``rate_scale`` multiplies every harmful rate (fractions are capped at 3 %);
+    ``noise_scale`` (None: 1; ``minutiae sim``/``demo`` default it to the rate scale) multiplies the must-not-alarm events that
+    have a rate (``per_1000_*`` units: application Xids, planned reboots) and the per-job
+    probabilities below 1 (capped at 1: peermem teardown lines); the always-present properties
+    of every job or of the fleet (``per_fleet``, and the per-job GC/sequence/stage effects at 1)
+    stay what they are (their intensity is a ``[jobs]`` setting, not a rate). So a demo that
+    multiplies the faults can multiply what must not alarm too, and precision is not overstated.
     ``rates`` sets named classes' rates outright (after scaling)."""
     if path is None:
         text, where = default_profile_text(), "minutiae/sim/profiles/default.toml"
@@ -202,11 +212,18 @@ def load_profile(path: str | Path | None = None, *, rate_scale: float = 1.0,
     prof = parse_profile(text, where)
     if rate_scale < 0:
         raise ConfigError(f"rate scale must be >= 0, got {rate_scale}")
+    noise = 1.0 if noise_scale is None else noise_scale
+    if noise < 0:
+        raise ConfigError(f"noise scale must be >= 0, got {noise}")
     faults = []
     for f in prof.faults:
         rate = f.rate
         if f.harmful:
             rate = rate * rate_scale
+        elif f.unit in EVENT_UNITS:
+            rate = rate * noise
+        elif f.unit == "per_job" and rate < 1.0:   # a probability per job (1: every job has it)
+            rate = min(1.0, rate * noise)
         if f.unit == "fraction_of_nodes":
             rate = min(rate, MAX_FRACTION)
         faults.append(replace(f, rate=rate))
