@@ -82,8 +82,9 @@ class Context:
             return None
         if drain and node is not None and self.in_maintenance(node, t):
             drain = False
+        basis = f.attrs.get("basis")  # timing analyses: what slowed (scored, docs/sim.md)
         return Detection(name, node, t, f.kind, f.severity, drain, f.code,
-                         (f.message or "")[:200])
+                         (f.message or "")[:200], basis if isinstance(basis, str) else None)
 
 
 class _Active:

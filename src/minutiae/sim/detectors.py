@@ -82,7 +82,7 @@ def _stragglers(ctx: Context) -> tuple[list[Detection], list[str], int]:
             k = min(len(st) - 1, int(np.searchsorted(st, s.detected_step)))
             f = Finding("straggler", Severity.WARNING, Action.NONE,
                         f"{s.component} {s.slowdown:+.1%} slower since step {s.since_step}",
-                        component=s.component)
+                        component=s.component, attrs={"basis": s.basis.value})
             d = ctx.detection("stragglers", s.node, float(tt[k]), f)
             if d is not None:
                 out.append(d)

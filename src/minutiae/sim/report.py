@@ -167,6 +167,8 @@ def straggler_traces(ev: Evaluation, max_jobs: int = 3) -> str:
         out.append('<text x="10" y="20" font-size="12">no straggler found in this fleet</text>')
     for k, (job, node) in enumerate(picks):
         df = read_timings(ds.timings_path(job.job_id))
+        if "section" in df.columns:  # step totals only (section rows split the same steps)
+            df = df.filter(__import__("polars").col("section").is_null())
         steps = np.unique(df["step"].to_numpy())
         med = df.group_by("step").agg(__import__("polars").col("seconds").median()).sort("step")
         sl = df.filter(__import__("polars").col("node") == node).group_by("step").agg(

@@ -63,6 +63,7 @@ class Detection:
     drain: bool = False
     code: int | None = None
     reason: str = ""
+    basis: str | None = None      # timing analyses: compute | communication | step (totals only)
 
     @property
     def key(self) -> str:
@@ -149,12 +150,21 @@ class GpuHours:
         return self.without - self.with_minutiae
 
 
+#: what slows in a slow-rank fault: the compute sections or the rank's own communication
+BASIS_OF_CLASS = {"persistent_straggler": "compute", "fail_slow": "compute", "thermal_throttle": "compute",
+                  "hung_task": "compute", "ib_link_flap": "communication",
+                  "ib_symbol_errors": "communication", "ib_rate_degraded": "communication"}
+
+
 @dataclass(frozen=True, slots=True)
 class Scorecard:
     """The whole score of one detector (or of the union of all, ``detector == "all"``).
     ``false_alarms_per_1000_node_days``: false alarms / node-days x 1000;
     ``false_alarm_causes``: false alarms by the benign class that explains them (``none``
-    when nothing in the truth does)."""
+    when nothing in the truth does). ``basis``: true alarms of a timing analysis on a slow-rank
+    fault (``BASIS_OF_CLASS``) by whether the analysis named what slowed (``right``: compute for
+    a slow GPU/node, communication for a slow link; ``wrong``; ``step``: the job logged step
+    totals only, so the analysis could not tell)."""
 
     detector: str
     node_days: float
@@ -166,6 +176,7 @@ class Scorecard:
     drains: DrainScore
     gpu_hours: GpuHours
     latencies: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    basis: Mapping[str, int] = field(default_factory=dict)
 
     def cls(self, name: str) -> ClassScore:
         return next(c for c in self.classes if c.cls == name)
@@ -176,6 +187,7 @@ class Scorecard:
             "alarms": self.alarms, "false_alarms": self.false_alarms,
             "false_alarms_per_1000_node_days": round(self.false_alarms_per_1000_node_days, 3),
             "false_alarm_causes": dict(self.false_alarm_causes),
+            "basis": dict(self.basis),
             "drains": {"right": self.drains.right, "wrong": self.drains.wrong, "missed": self.drains.missed,
                        "repeat": self.drains.repeat},
             "gpu_hours_lost": {"without_minutiae": round(self.gpu_hours.without, 2),
@@ -260,11 +272,16 @@ def score(truth: Sequence[TruthEvent], detections: Iterable[Detection], node_day
     true_by: dict[str, int] = {}
     false_by: dict[str, int] = {}
     causes: dict[str, int] = {}
+    basis: dict[str, int] = {}
     n_false = 0
     for a in alarms:
         t = idx.match(a, p)
         if t is not None and t.harmful:
             true_by[t.cls] = true_by.get(t.cls, 0) + 1
+            want = BASIS_OF_CLASS.get(t.cls)
+            if a.basis is not None and want is not None:
+                got = "step" if a.basis == "step" else "right" if a.basis == want else "wrong"
+                basis[got] = basis.get(got, 0) + 1
             first[t.id] = min(first.get(t.id, a.time), a.time)
             lemon = lemons.get(t.node or "") if t.details.get("lemon") else None
             if lemon is not None:       # a lemon is found when one of its failures is
@@ -298,7 +315,7 @@ def score(truth: Sequence[TruthEvent], detections: Iterable[Detection], node_day
         false_alarms=n_false,
         false_alarms_per_1000_node_days=n_false / node_days * 1000.0 if node_days > 0 else 0.0,
         false_alarm_causes=dict(sorted(causes.items())), drains=drains[0], gpu_hours=hours,
-        latencies=lat_all)
+        latencies=lat_all, basis=dict(sorted(basis.items())))
 
 
 def _drains(truth: Sequence[TruthEvent], alarms: list[Detection], idx: _Index,
