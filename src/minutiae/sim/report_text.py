@@ -51,7 +51,7 @@ def scorecard(ev: Evaluation) -> Group:
     s.add_row("false alarms by cause", ", ".join(f"{k} {v}" for k, v in o.false_alarm_causes.items()) or "none")
     if o.basis:
         b = o.basis
-        s.add_row("slow ranks: what slowed (compute / communication) right / wrong / step totals only",
+        s.add_row("slow ranks: compute vs communication right / wrong / totals only",
                   f"{b.get('right', 0)} / {b.get('wrong', 0)} / {b.get('step', 0)}")
     s.add_row("drains right / wrong / missed / repeat",
               f"{o.drains.right} / {o.drains.wrong} / {o.drains.missed} / {o.drains.repeat}")
