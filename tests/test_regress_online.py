@@ -28,8 +28,8 @@ ON = P.online
 
 
 def test_two_percent_at_one_percent_noise_mostly_within_five_runs() -> None:
-    """docs/regress.md: ~75 % of +2 % shifts at 1 % noise (3 % outlier runs) are reported within
-    5 runs by the two stages together, the change-point search alone ~55 %."""
+    """docs/regress.md: 68 % of +2 % shifts at 1 % noise (3 % outlier runs) are reported within
+    5 runs by the two stages together (bench), the change-point search alone 58 %."""
     rng = np.random.default_rng(21)
     y, truth = synth_series(rng, 120, 60, 0.01, sizes=(0.02,), min_before=40, min_gap=10)
     both = search = 0
@@ -60,7 +60,7 @@ def test_young_cuts_say_how_sure_and_are_confirmed_later() -> None:
 
 
 def test_pure_noise_false_alarm_rate() -> None:
-    """Calibrated (bench/regress/calibrate.py --online): ~4.4 % of 120-run series, 3 % outliers."""
+    """Calibrated (bench/regress/calibrate.py --online): 4.6 % of 120-run series, 3 % outliers."""
     rng = np.random.default_rng(9)
     y, _ = synth_series(rng, 300, 120, 0.01)
     rate = np.mean([bool(online_alarms(y[i], ON)) for i in range(300)])
