@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minutiae.analyses.regress import find_change_points, group_series
 from minutiae.analyses.regress_nodes import adjusted_runs, node_penalties
@@ -123,3 +125,15 @@ def test_time_of_day_cycle_is_taken_out_not_read_as_change_points() -> None:
 def test_no_cycle_no_hour_offsets() -> None:
     adj = node_penalties(_diurnal_runs(0.0, seed=1))
     assert adj.hour_of_day == () and adj.hour_p > 0.001
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 30 * 86400), st.floats(0.01, 100.0), st.integers(0, 2),
+                          st.sets(st.sampled_from(["a", "b", "c", "d"]), max_size=3)), max_size=60))
+def test_any_history_never_crashes(rows: list[tuple[float, float, int, set[str]]]) -> None:
+    recs = [RunRecord(f"r{i}", 1.7e9 + t, f"s{k}", v, nodes=tuple(sorted(nd)))
+            for i, (t, v, k, nd) in enumerate(rows)]
+    adj = node_penalties(recs)
+    assert all(math.isfinite(x) for x in adj.penalty.values())
+    assert set(adj.penalty) <= {r.run_id for r in recs}
+    find_change_points(recs, offsets=adj.penalty)
