@@ -119,8 +119,7 @@ class StragglerAnalysis:
         self.members = _members(self.groups)
         self.peers = PeerReference(self.groups, self._units(warm))
         warm_logx = log_times(warm.compute)
-        self.peers.fit(warm_logx)
-        r_warm, node_warm, _ = self.peers.ratio(warm_logx, node=True)
+        r_warm, node_warm = self.peers.fit(warm_logx)
         sig, count, spikes = _group_sigma(r_warm, self.groups, self.members)
         self.noise = float(np.median(sig[self.groups]))
         rpn = options.ranks_per_node or self._ranks_per_node(warm)
@@ -165,8 +164,7 @@ class StragglerAnalysis:
             own = self._own_comm(warm)
             own_logx = log_times(own)
             self.comm_peers = PeerReference(self.groups, self._units(warm))
-            self.comm_peers.fit(own_logx)
-            csig, ccount, _ = _group_sigma(self.comm_peers.ratio(own_logx)[0], self.groups,
+            csig, ccount, _ = _group_sigma(self.comm_peers.fit(own_logx)[0], self.groups,
                                            self.members)
             csig = _inflate(csig, ccount, self.design)
             self.comm = SeriesDetector(

@@ -57,10 +57,22 @@ def siegmund_arl0(k: float, h: float) -> float:
 
 
 def threshold_for(k: float, alpha: float) -> float:
-    """The ``h`` whose in-control ARL is ``1 / alpha`` (bisection; ARL0 grows with ``h``)."""
+    """The ``h`` whose in-control ARL is ``1 / alpha``: the fixed point of
+    ``b = ln(2 k^2 / alpha + 2 k b + 1) / (2 k)`` (a contraction: it converges to machine
+    precision in a few steps), then ``h = b - 1.166``; bisection where that is not positive."""
     target = 1.0 / alpha
+    b = math.log(2.0 * k * k * target + 1.0) / (2.0 * k)
+    for _ in range(60):
+        nb = math.log(2.0 * k * k * target + 2.0 * k * b + 1.0) / (2.0 * k)
+        if abs(nb - b) <= 1e-13 * max(nb, 1.0):
+            b = nb
+            break
+        b = nb
+    h = b - 1.166
+    if h > 0 and siegmund_arl0(k, h) > 0:
+        return h
     lo, hi = 0.0, 400.0 / k
-    for _ in range(64):  # 400 / k / 2^64: far below any meaningful threshold difference
+    for _ in range(64):
         mid = (lo + hi) / 2
         if siegmund_arl0(k, mid) < target:
             lo = mid

@@ -9,9 +9,9 @@ node's ranks to move, so a single-GPU fault is never promoted to a node fault.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
+
+from minutiae.analyses.stragglers_detect import fast_median
 
 
 class NodeLayout:
@@ -39,8 +39,4 @@ class NodeLayout:
         """(steps, nodes) median of each node's ranks' log-ratios (NaN-aware)."""
         x = r if self.identity else r[:, self.order]
         x = x.reshape(r.shape[0], len(self.names), self.per_node)
-        if np.isnan(x).any():
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                return np.nanmedian(x, axis=2).astype(np.float32)
-        return np.median(x, axis=2).astype(np.float32)
+        return fast_median(x, axis=2).astype(np.float32)

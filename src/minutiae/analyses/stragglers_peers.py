@@ -27,16 +27,19 @@ hundreds of ranks by a negligible amount, and this keeps 100,000 ranks in the co
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
 
 from minutiae.analyses.stragglers_calib import noise_sigma
-from minutiae.analyses.stragglers_detect import group_medians, log_times  # noqa: F401 - re-exported
+from minutiae.analyses.stragglers_detect import (  # noqa: F401 - log_times re-exported
+    fast_median,
+    group_medians,
+    log_times,
+)
 
-LOO_MAX = 256
+LOO_MAX = 64
 
 
 class Kind(Enum):
@@ -49,11 +52,7 @@ class Kind(Enum):
 
 
 def _median(sub: np.ndarray, axis: int = -1) -> np.ndarray:
-    if np.isnan(sub).any():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return np.nanmedian(sub, axis=axis)
-    return np.median(sub, axis=axis)
+    return fast_median(sub, axis=axis)
 
 
 def loo_median(sub: np.ndarray) -> np.ndarray:
@@ -167,13 +166,14 @@ class PeerReference:
             node_r = logx
         return logx, node_r, typical
 
-    def fit(self, logx: np.ndarray) -> None:
+    def fit(self, logx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Offsets of the self-baseline units: their median ratio to the reference over the
         warm-up (``logx`` is not modified), and each offset's standard error: 1.2533 x the noise
         of the unit's per-step median ratio / sqrt(steps) (the steps are independent; the
-        ranks of one step share the reference's error, so they are not counted as separate)."""
+        ranks of one step share the reference's error, so they are not counted as separate).
+        Returns the warm-up's ratios for the rank tests and the node test, as ``ratio``."""
         self.offset[:] = 0.0
-        _, r, _ = self.ratio(logx.copy(), node=True)
+        rank_r, r, _ = self.ratio(logx.copy(), node=True)
         assert r is not None
         for j, (mine, _, kind) in enumerate(self.pairs):
             if kind is not Kind.OTHERS:
@@ -182,6 +182,12 @@ class PeerReference:
                 self.offset[j] = float(np.median(flat)) if flat.size else 0.0
                 s, n = noise_sigma(_median(d))
                 self.offset_se[j] = 1.2533 * s / np.sqrt(n) if n >= 2 and np.isfinite(s) else 0.0
+                # the ratios with the offsets, as ``ratio`` gives them from now on
+                if kind is Kind.BASELINE:
+                    rank_r[:, mine] -= np.float32(self.offset[j])
+                if r is not rank_r:
+                    r[:, mine] -= np.float32(self.offset[j])
+        return rank_r, r
 
     def offset_error(self, node: bool = False) -> np.ndarray:
         """Each rank's offset standard error in log units for the rank tests (only BASELINE

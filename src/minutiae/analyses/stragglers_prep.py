@@ -174,6 +174,10 @@ def _has_duplicates(df: pl.DataFrame) -> bool:
     file is most of the preparation time of a small job)."""
     step = df["step"].to_numpy()
     rank = df["rank"].to_numpy()
+    if "section" not in df.columns and step.size > 1:  # rows in (step, rank) order: no sort
+        d_step, d_rank = np.diff(step), np.diff(rank)
+        if bool(((d_step > 0) | ((d_step == 0) & (d_rank > 0))).all()):
+            return False
     codes = _section_codes(df)[0]
     s0, r0 = int(step.min()), int(rank.min())
     ns, nr, nc = int(step.max()) - s0 + 1, int(rank.max()) - r0 + 1, int(codes.max()) + 1
@@ -321,14 +325,15 @@ def _meta(df: pl.DataFrame, ri: np.ndarray, ranks: np.ndarray, leaf_of: Mapping[
     leaf: list[str | None] = [None] * n
     if cols:
         _, first = np.unique(ri, return_index=True)  # every rank has rows (the axis came from them)
-        per = pl.DataFrame([df[c].gather(first) for c in cols])
+        per = df[pl.Series(first)]  # row gather (Series.gather runs a query per column)
         if any(per[c].null_count() for c in cols):  # a rank's first row lacks a value: look further
             per = (df.select(cols).with_columns(pl.Series("_r", ri)).lazy().group_by("_r")
                    .agg([pl.col(c).drop_nulls().first() for c in cols]).sort("_r").collect())
         if "node" in cols:
             node = per["node"].to_list()
         if "gpu" in cols:
-            gpu = per["gpu"].fill_null(-1).to_numpy().astype(np.int64)
+            g = per["gpu"]
+            gpu = (g.fill_null(-1) if g.null_count() else g).to_numpy().astype(np.int64)
         if "stage" in cols and per["stage"].null_count() == 0 and per.height == n:
             values = per["stage"].to_numpy()
             _, codes = np.unique(values.astype(str) if values.dtype == object else values,
