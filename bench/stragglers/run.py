@@ -124,8 +124,9 @@ def print_detection(runs: list[dict], ranks: int, steps: int) -> None:
           f"noise {statistics.median(r['noise'] for r in runs):.2%}, peers {runs[0]['grouping']}")
     d = runs[0]["design"]
     print(f"   thresholds from {d.target_per_1000_node_days} false alarms/1,000 node-days: "
-          f"alpha {d.alpha:.2e}/rank-step; fast k={d.detectors[0].k} h={d.detectors[0].h:.2f}; "
-          f"slow k={d.detectors[1].k} h={d.detectors[1].h:.2f}")
+          f"alpha {d.alpha:.2e}/rank-step; fast k={d.detectors[0].k} h={d.detectors[0].h:.2f} "
+          f"(clip {d.detectors[0].clip:.2f}: {d.detectors[0].steps_at_clip} steps at the clip "
+          f"to alarm); slow k={d.detectors[1].k} h={d.detectors[1].h:.2f}")
     print(f"{'slowdown':>9} {'faults':>6} | {'goal':>14} | {'minutiae recall':>15} {'lat p50':>7} "
           f"{'p95':>5} | {'NVRx recall':>11} {'lat p50':>7} {'any time':>8}")
     for lvl, (within, goal) in LEVELS.items():
