@@ -22,7 +22,11 @@ from minutiae.sources.sim_dataset import (
 
 # ------------------------------------------------------------------ kernel log
 def _kernel_log(ctx: Context) -> tuple[list[Detection], list[str], int]:
+    """Every line's finding, and the agent's log-count engine rules (``log_counts.toml``:
+    repeats within a window, flapping links) over them, through the backtest's replay of the
+    same engine (state since boot), so the scorecard scores what the agent would say."""
     from minutiae.checks.logrules import findings_from_events
+    from minutiae.controller.backtest_signals import TimedFinding, count_signals
     from minutiae.parsers.kernel_log import parse_lines
 
     year = datetime.fromtimestamp(ctx.ds.start, tz=None).year
@@ -37,13 +41,21 @@ def _kernel_log(ctx: Context) -> tuple[list[Detection], list[str], int]:
         n += 1
         events = list(parse_lines(read_text(path).splitlines(), year=year))
         untimed = 0
+        timed: list[TimedFinding] = []
         for f in findings_from_events(events):
             if f.time is None:
                 untimed += 1
                 continue
+            timed.append(TimedFinding(f.time.timestamp(), f))
             d = ctx.detection("kernel_log", node, f.time.timestamp(), f)
             if d is not None:
                 out.append(d)
+        counted = _Active()   # a count rule's alarm is a condition: it alarms when it starts
+        for t, found in count_signals(timed, ctx.ds.boots.get(node, []), node):
+            for f in counted.fresh(found):
+                d = ctx.detection("kernel_log", node, t, f)
+                if d is not None:
+                    out.append(d)
         if untimed:
             notes.append(f"{path}: {untimed} finding(s) without a time")
     return out, notes, n

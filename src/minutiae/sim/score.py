@@ -203,15 +203,16 @@ def _round(v: Any) -> Any:
 
 
 def merge_alarms(dets: Iterable[Detection], params: ScoreParams) -> list[Detection]:
-    """Collapse bursts: per (detector, node, kind/code), keep a detection only when the previous
-    kept one is more than ``merge_s`` older; detections below ``min_severity`` are dropped
-    unless they drain."""
+    """Collapse bursts: per (detector, node, kind/code, drains or not), keep a detection only
+    when the previous kept one is more than ``merge_s`` older (a drain is never folded into the
+    warnings before it: a count rule alarming on the third of a burst of lines drains);
+    detections below ``min_severity`` are dropped unless they drain."""
     out: list[Detection] = []
-    last: dict[tuple[str, str | None, str], float] = {}
+    last: dict[tuple[str, str | None, str, bool], float] = {}
     for d in sorted(dets, key=lambda d: (d.time, d.detector, d.node or "", d.key)):
         if d.severity < params.min_severity and not d.drain:
             continue
-        k = (d.detector, d.node, d.key)
+        k = (d.detector, d.node, d.key, d.drain)
         prev = last.get(k)
         last[k] = d.time
         if prev is not None and d.time - prev <= params.merge_s:
