@@ -118,7 +118,7 @@ def online_alarms(y: F64, p: OnlineParams) -> list[Alarm]:
     up_from = lo_from = 0     # each CUSUM last stood at zero just before this run
     far = False               # the previous run was an outlier candidate
     sigma, sigma_at = SIGMA_FLOOR, -SIGMA_EVERY
-    ref, n_ref, ref_key = 0.0, 1, (-1, -1, 0.0)
+    ref, n_ref, ref_key = 0.0, 1, (-1, 0.0, -1)
     quiet = math.log1p(p.max_noise)
     for t in range(n):
         if t - start < p.warmup:
@@ -131,8 +131,10 @@ def online_alarms(y: F64, p: OnlineParams) -> list[Alarm]:
             g = lo = 0.0
             continue
         ref_hi = max(min(up_from, lo_from), start + p.warmup)
-        if (start, ref_hi, sigma) != ref_key:
-            ref_key = (start, ref_hi, sigma)
+        if (start, sigma) != ref_key[:2] or ref_hi - ref_key[2] >= SIGMA_EVERY:
+            # the level of >= warmup runs moves slowly too: refreshed every few runs (never
+            # with runs of the current excursion)
+            ref_key = (start, sigma, ref_hi)
             ref, n_ref = _reference(y[max(start, ref_hi - MEMORY):ref_hi], sigma)
         z = (y[t] - ref) / (sigma * math.sqrt(1.0 + 1.0 / n_ref))
         was_far, far = far, z > p.outlier
