@@ -236,6 +236,62 @@ def bench_ingest(quick: bool) -> None:
             os.sched_setaffinity(0, set(cpus))
 
 
+def bench_gc(quick: bool) -> None:
+    """In process: 20,000 nodes, then steps of 10,000 reports (full and heartbeats in turn),
+    timing every cyclic-GC pause; with ``gc.freeze()`` after each step (what `minutiae serve`
+    does) against without (baseline)."""
+    import gc
+
+    from minutiae.controller.backends import DryRunBackend
+    from minutiae.controller.policy import load_policy
+    from minutiae.controller.service import Controller
+    from minutiae.controller.store import Store
+    from minutiae.testing import FakeClock
+
+    def run(freeze: bool) -> dict[int, list[float]]:
+        pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        started = [0.0]
+
+        def cb(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                started[0] = time.perf_counter()
+            else:
+                pauses[info["generation"]].append(time.perf_counter() - started[0])
+
+        with tempfile.TemporaryDirectory() as tmp:
+            clock = FakeClock()
+            ctl = Controller(Store(Path(tmp) / "c.db"), DryRunBackend(), load_policy(), clock)
+            bodies = [json.dumps(report(i)).encode() for i in range(20_000)]
+            digest = [ctl.ingest_digest(json.loads(b), b)[1] for b in bodies]
+            ctl.step()
+            gc.collect()
+            gc.callbacks.append(cb)
+            try:
+                for k in range(6 if quick else 24):
+                    clock.advance(5)
+                    for i in range(10_000):
+                        j = (k * 10_000 + i) % 20_000
+                        if k % 2:
+                            ctl.ingest_digest({"node": f"n{j:05d}", "digest": digest[j]})
+                        else:
+                            ctl.ingest_digest(json.loads(bodies[j]), bodies[j])
+                    ctl.step()
+                    if freeze:
+                        gc.freeze()
+            finally:
+                gc.callbacks.remove(cb)
+                gc.unfreeze()
+        return pauses
+
+    print("\n== cyclic GC pauses: 20,000 nodes, steps of 10,000 reports (in process) ==")
+    for name, freeze in (("without freeze (baseline)", False), ("gc.freeze() after each step",
+                                                                True)):
+        p = run(freeze)
+        print(f"{name:<28} " + "  ".join(
+            f"gen{g}: {len(v)} pauses, max {1e3 * max(v, default=0):5.1f} ms, total "
+            f"{1e3 * sum(v):5.0f} ms" for g, v in p.items()), flush=True)
+
+
 def scontrol(conf: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30,
                           env={**os.environ, "SLURM_CONF": conf})
@@ -391,11 +447,11 @@ def bench_agent(quick: bool) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="shorter runs")
-    ap.add_argument("--only", choices=["ingest", "decision", "replay", "agent"])
+    ap.add_argument("--only", choices=["ingest", "gc", "decision", "replay", "agent"])
     a = ap.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; python "
           f"{sys.version.split()[0]}", flush=True)
-    for name, fn in (("ingest", bench_ingest), ("decision", bench_decision),
+    for name, fn in (("ingest", bench_ingest), ("gc", bench_gc), ("decision", bench_decision),
                      ("replay", bench_replay), ("agent", bench_agent)):
         if a.only in (None, name):
             fn(a.quick)

@@ -6,6 +6,7 @@ Agent reports, job step timings, ``pause`` and ``unpause`` need ``Authorization:
 
 from __future__ import annotations
 
+import gc
 import hmac
 import json
 import threading
@@ -36,6 +37,7 @@ from minutiae.errors import DataError, MinutiaeError, ValidationError
 
 MAX_BODY = 1 << 20
 MIN_GAP_S = 0.05
+GC_FULL_S = 900.0
 
 
 class ControllerApp(FastAPI):
@@ -76,6 +78,7 @@ def make_app(controller: Controller, token: str,
         woken steps are at least ``MIN_GAP_S`` apart so a burst of reports is one step."""
         assert loop_interval is not None
         gap = min(MIN_GAP_S, loop_interval)
+        last_full = time.monotonic()
         while not stop.is_set():
             t0 = time.monotonic()
             controller.wake.wait(loop_interval)
@@ -89,6 +92,16 @@ def make_app(controller: Controller, token: str,
                 controller.step()
             except Exception as exc:  # keep the loop alive; say what failed
                 controller.problem(f"reconcile step failed: {type(exc).__name__}: {exc}")
+            # The fleet's long-lived objects (20,000 reports and views) leave the cyclic GC's
+            # generations after each step: full collections over them paused every request
+            # for 0.1-0.3 s, a few times a minute at 2,000 reports/s (the p99 tail). Objects
+            # are still freed by reference counting; reference cycles are reclaimed by one
+            # full collection every GC_FULL_S.
+            if time.monotonic() - last_full >= GC_FULL_S:
+                gc.unfreeze()
+                gc.collect()
+                last_full = time.monotonic()
+            gc.freeze()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
