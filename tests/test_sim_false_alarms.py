@@ -53,3 +53,13 @@ def test_nic_slot_power_boot_line_is_not_an_alarm(scored: tuple[Path, dict]) -> 
     assert lines > 16  # one per boot of every node, more with the reboots
     assert "boot_settle" not in result["per_detector"]["kernel_log"]["false_alarm_causes"]
     assert "boot_settle" not in result["overall"]["false_alarm_causes"]
+
+
+def test_ib_gates_drain_only_what_needs_a_drain(scored: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+    # flaps are found (flapping, link_downed) without draining; a degraded rate drains
+    _out, result = scored
+    ib = result["per_detector"]["ib_counters"]
+    flap = ib["classes"]["ib_link_flap"]
+    assert flap["faults"] > 0 and flap["detected"] == flap["faults"]
+    assert ib["drains"]["wrong"] == 0 and ib["drains"]["repeat"] == 0
+    assert result["overall"]["drains"]["wrong"] == 0
