@@ -20,9 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from minutiae.actions.base import validate_node
 from minutiae.controller.backtest_record import ReportRecorder
@@ -66,8 +66,15 @@ class Batch:
     interesting: frozenset[str]
 
 
+class Counts(Protocol):
+    """The controller's counters the intake updates (under its lock)."""
+
+    reports: int
+    rejected: int
+
+
 class Intake:
-    def __init__(self, clock_now: Any, lock: threading.Lock, counters: Any,
+    def __init__(self, clock_now: Callable[[], float], lock: threading.Lock, counters: Counts,
                  recorder: ReportRecorder | None = None) -> None:
         self._now = clock_now
         self._lock = lock
