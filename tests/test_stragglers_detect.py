@@ -36,10 +36,18 @@ def test_threshold_matches_siegmund_and_budget() -> None:
     assert d.alpha == pytest.approx(1e-4 / (86_400 * 8))
     fast, slow = d.detectors
     assert fast.alpha == slow.alpha == pytest.approx(d.alpha / 2)
+    # half of each test's share for Gaussian noise (the threshold), half for spikes (the clip)
+    for t in (fast, slow):
+        assert siegmund_arl0(t.k, t.h) == pytest.approx(2 / t.alpha, rel=1e-6)
     # three steps at the clip alarm, two (two GC pauses) never do
+    assert fast.steps_at_clip == 3
     assert 3 * (fast.clip - fast.k) > fast.h > 2 * (fast.clip - fast.k)
     # a looser budget gives lower thresholds
     assert design(10.0, 1.0, 8).detectors[1].h < slow.h
+    # a log keeping one step in 40 is tested 40x less often: each test may spend 40x more
+    sparse = design(0.1, step_seconds=1.0, ranks_per_node=8, every=40)
+    assert sparse.alpha == pytest.approx(40 * d.alpha) and sparse.logged_every == 40
+    assert sparse.detectors[0].h < fast.h
 
 
 def test_recall_latency_and_location_per_level() -> None:
