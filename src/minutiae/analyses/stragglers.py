@@ -31,7 +31,7 @@ from minutiae.analyses.stragglers_calib import (
     noise_sigma,
     sigma_inflation,
 )
-from minutiae.analyses.stragglers_detect import SeriesDetector
+from minutiae.analyses.stragglers_detect import SeriesDetector, fast_median
 from minutiae.analyses.stragglers_locate import RankMeta, locate
 from minutiae.analyses.stragglers_nodes import NodeLayout
 from minutiae.analyses.stragglers_peers import PeerReference, log_times
@@ -121,7 +121,6 @@ class StragglerAnalysis:
         warm_logx = log_times(warm.compute)
         r_warm, node_warm = self.peers.fit(warm_logx)
         sig, count, spikes = _group_sigma(r_warm, self.groups, self.members)
-        self.noise = float(np.median(sig[self.groups]))
         rpn = options.ranks_per_node or self._ranks_per_node(warm)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -229,7 +228,7 @@ class StragglerAnalysis:
             warnings.simplefilter("ignore", RuntimeWarning)
             stride = max(1, m.total.shape[1] // 4096)  # the typical step: a sample is enough
             sample = m.total[:, ::stride]
-            med = np.median(sample, axis=1) if not np.isnan(sample).any() else np.nanmedian(sample, axis=1)
+            med = fast_median(sample, axis=1)
             self.total_medians.extend(med.tolist())
         return fresh
 
