@@ -206,90 +206,109 @@ def _telemetry(ctx: Context) -> tuple[list[Detection], list[str], int]:
                          for r in gated for cond in (r.cond, *r.unless) if m in cond.metrics})
     out: list[Detection] = []
     n = 0
-    for batch in telemetry_batches(ctx.ds.root / "telemetry.parquet", cols):
+    for node, arrs in _node_runs(telemetry_batches(ctx.ds.root / "telemetry.parquet", cols), cols):
+        lo, hi = 0, len(arrs["time"])
+        n += 1
+        times, ti = np.unique(arrs["time"][lo:hi], return_inverse=True)
+        gi = arrs["gpu"][lo:hi].astype(int)
+        present = np.zeros((len(times), g_n), dtype=bool)
+        present[ti, gi] = True
+        grid = {}
+        for c in metric:
+            m = np.zeros((len(times), g_n), dtype=np.float64)
+            m[ti, gi] = arrs[c][lo:hi]
+            grid[c] = m
+        dirty, node_dirty, cad_s = _telemetry_triggers(grid, present, times)
+        last: dict[tuple[str, str], float] = {}
+        active = _Active()
+        gate_active = _Active()
+        replay = GateReplay(gated, node, end=float(times[-1]))
+        ticks: list[float] = []     # the gates' re-checks (a persistence can end)
+        gate_last: np.ndarray | None = None
+        ks = np.flatnonzero(dirty.any(axis=1) | node_dirty).tolist()
+        j = 0
+        while j < len(ks) or ticks:
+            tick_now = sample = False
+            if ticks and (j >= len(ks) or ticks[0] < times[ks[j]]):
+                # no new sample: the values of the latest one, judged later
+                t = ticks.pop(0)
+                k = int(np.searchsorted(times, t, side="right")) - 1
+                tick_now = True
+            else:
+                sample = True
+                k = ks[j]
+                j += 1
+                t = float(times[k])
+                while ticks and ticks[0] <= t:
+                    ticks.pop(0)
+                    tick_now = True
+            if gated_cols:
+                cur = np.stack([np.where(present[k], grid[c][k], -1) for c in gated_cols])
+                gate_dirty = gate_last is None or not np.array_equal(cur, gate_last)
+                if gate_dirty or tick_now:
+                    gate_last = cur
+                    vals = {comps[g]: {metric[c]: int(grid[c][k, g]) for c in gated_cols}
+                            for g in np.flatnonzero(present[k])}
+                    found_g, again = replay.check(judge(gated, RuleContext(vals, {}, t)), t, gate_dirty)
+                    ticks = sorted({*ticks, *again})
+                    for f in gate_active.fresh(found_g):
+                        d = ctx.detection("telemetry", node, t, f)
+                        if d is not None:
+                            out.append(d)
+            if not sample:
+                continue
+            gs = np.flatnonzero(dirty[k])
+            obs: list[Observation] = []
+            scope = {comps[g] for g in gs}
+            for g in gs:
+                if not present[k, g]:
+                    continue
+                for c, mname in metric.items():
+                    v = grid[c][k, g]
+                    obs.append(Observation("dcgm", comps[g], mname,
+                                           float(v) if c in ("power_w", "temp_c") else int(v), t))
+                obs.append(Observation("dcgm", comps[g], width_max, 16, t))
+            extra: dict[str, dict[str, Any]] | None = None
+            if node_dirty[k]:
+                scope.add("node")
+                obs.append(Observation("dcgm", "node", "gpu_count", int(present[k].sum()), t))
+                extra = {"node": {"expected_gpus": g_n, "uptime_s": ctx.ds.uptime(node, t)}}
+            prev = {(o.component, o.metric): (last[(o.component, o.metric)], t - cad_s)
+                    for o in obs if (o.component, o.metric) in last}
+            found = evaluate(rules, context(obs, prev, t, extra))  # ungated rules
+            for f in active.fresh(found, scope):
+                d = ctx.detection("telemetry", node, t, f)
+                if d is not None:
+                    out.append(d)
+            for o in obs:
+                if isinstance(o.value, int | float) and not isinstance(o.value, bool):
+                    last[(o.component, o.metric)] = float(o.value)
+    return out, [], n
+
+
+def _node_runs(batches: Any, cols: list[str]) -> Any:
+    """``(node, {column: array})`` per node from record batches of rows grouped by node: a
+    node whose rows continue in the next batch is yielded once, whole (a series cut at a batch
+    boundary would show half the GPUs of the boundary sample missing)."""
+    carry: tuple[str, dict[str, np.ndarray]] | None = None
+    for batch in batches:
         arrs = {c: batch.column(c).to_numpy(zero_copy_only=False) for c in cols if c != "node"}
         nodes = batch.column("node").dictionary_encode()
         codes = nodes.indices.to_numpy(zero_copy_only=False)
+        if not len(codes):
+            continue
         names = nodes.dictionary.to_pylist()
         bounds = np.flatnonzero(codes[1:] != codes[:-1]) + 1
         for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(codes)], strict=True):
             node = str(names[codes[lo]])
-            n += 1
-            times, ti = np.unique(arrs["time"][lo:hi], return_inverse=True)
-            gi = arrs["gpu"][lo:hi].astype(int)
-            present = np.zeros((len(times), g_n), dtype=bool)
-            present[ti, gi] = True
-            grid = {}
-            for c in metric:
-                m = np.zeros((len(times), g_n), dtype=np.float64)
-                m[ti, gi] = arrs[c][lo:hi]
-                grid[c] = m
-            dirty, node_dirty, cad_s = _telemetry_triggers(grid, present, times)
-            last: dict[tuple[str, str], float] = {}
-            active = _Active()
-            gate_active = _Active()
-            replay = GateReplay(gated, node, end=float(times[-1]))
-            ticks: list[float] = []     # the gates' re-checks (a persistence can end)
-            gate_last: np.ndarray | None = None
-            ks = np.flatnonzero(dirty.any(axis=1) | node_dirty).tolist()
-            j = 0
-            while j < len(ks) or ticks:
-                tick_now = sample = False
-                if ticks and (j >= len(ks) or ticks[0] < times[ks[j]]):
-                    # no new sample: the values of the latest one, judged later
-                    t = ticks.pop(0)
-                    k = int(np.searchsorted(times, t, side="right")) - 1
-                    tick_now = True
-                else:
-                    sample = True
-                    k = ks[j]
-                    j += 1
-                    t = float(times[k])
-                    while ticks and ticks[0] <= t:
-                        ticks.pop(0)
-                        tick_now = True
-                if gated_cols:
-                    cur = np.stack([np.where(present[k], grid[c][k], -1) for c in gated_cols])
-                    gate_dirty = gate_last is None or not np.array_equal(cur, gate_last)
-                    if gate_dirty or tick_now:
-                        gate_last = cur
-                        vals = {comps[g]: {metric[c]: int(grid[c][k, g]) for c in gated_cols}
-                                for g in np.flatnonzero(present[k])}
-                        found_g, again = replay.check(judge(gated, RuleContext(vals, {}, t)), t, gate_dirty)
-                        ticks = sorted({*ticks, *again})
-                        for f in gate_active.fresh(found_g):
-                            d = ctx.detection("telemetry", node, t, f)
-                            if d is not None:
-                                out.append(d)
-                if not sample:
-                    continue
-                gs = np.flatnonzero(dirty[k])
-                obs: list[Observation] = []
-                scope = {comps[g] for g in gs}
-                for g in gs:
-                    if not present[k, g]:
-                        continue
-                    for c, mname in metric.items():
-                        v = grid[c][k, g]
-                        obs.append(Observation("dcgm", comps[g], mname,
-                                               float(v) if c in ("power_w", "temp_c") else int(v), t))
-                    obs.append(Observation("dcgm", comps[g], width_max, 16, t))
-                extra: dict[str, dict[str, Any]] | None = None
-                if node_dirty[k]:
-                    scope.add("node")
-                    obs.append(Observation("dcgm", "node", "gpu_count", int(present[k].sum()), t))
-                    extra = {"node": {"expected_gpus": g_n, "uptime_s": ctx.ds.uptime(node, t)}}
-                prev = {(o.component, o.metric): (last[(o.component, o.metric)], t - cad_s)
-                        for o in obs if (o.component, o.metric) in last}
-                found = evaluate(rules, context(obs, prev, t, extra))  # ungated rules
-                for f in active.fresh(found, scope):
-                    d = ctx.detection("telemetry", node, t, f)
-                    if d is not None:
-                        out.append(d)
-                for o in obs:
-                    if isinstance(o.value, int | float) and not isinstance(o.value, bool):
-                        last[(o.component, o.metric)] = float(o.value)
-    return out, [], n
+            part = {c: a[lo:hi] for c, a in arrs.items()}
+            if carry is not None and carry[0] == node:
+                part = {c: np.concatenate([carry[1][c], part[c]]) for c in part}
+            elif carry is not None:
+                yield carry
+            carry = (node, part)
+    if carry is not None:
+        yield carry
 
 
 def _telemetry_triggers(grid: dict[str, np.ndarray], present: np.ndarray,
