@@ -78,10 +78,12 @@ def _few(values: np.ndarray, n: int = 5) -> str:
 
 def _typed(df: pl.DataFrame) -> pl.DataFrame | None:
     """The common case without any repair: canonical names, integer step/rank, float seconds,
-    no section/role column, no bad value. Checked with eager Series and numpy (each polars
+    no section (or an all-null one: step totals only) or role column, no bad value. Checked with eager Series and numpy (each polars
     query costs ~0.5 ms, more than the whole check for a job of 10,000 rows). None: not that
     case (``_normalise`` does the general work and reports every repair)."""
     cols = df.columns
+    if "section" in cols and df["section"].null_count() == df.height:  # step totals only
+        cols = [c for c in cols if c != "section"]
     sch = df.schema
     if (any(c != c.strip().lower() for c in cols) or "section" in cols or "role" in cols
             or not {"step", "rank", "seconds"} <= set(cols)
@@ -103,15 +105,18 @@ def _typed(df: pl.DataFrame) -> pl.DataFrame | None:
     return pl.DataFrame(keep)
 
 
-def _normalise(df: pl.DataFrame, where: str, warnings: list[str]) -> pl.DataFrame:
+def _normalise(df: pl.DataFrame, where: str, warnings: list[str],
+               ) -> tuple[pl.DataFrame, np.ndarray, list[str]]:
+    """The canonical table, each row's section code and the section names."""
     fast = _typed(df)
     if fast is not None:
-        if _has_duplicates(fast):
+        if _has_duplicates(fast, np.zeros(fast.height, dtype=np.int64)):
             before = fast.height
             fast = fast.unique(subset=["step", "rank"], keep="last", maintain_order=True)
             warnings.append(f"{before - fast.height} duplicate (step, rank, section) rows: kept the last")
-        return fast
-    df = df.rename({c: c.strip().lower() for c in df.columns})
+        return fast, np.zeros(fast.height, dtype=np.int64), [""]
+    if any(c != c.strip().lower() for c in df.columns):
+        df = df.rename({c: c.strip().lower() for c in df.columns})
     if "seconds" not in df.columns:
         for name, scale in (("ms", 1e-3), ("milliseconds", 1e-3)):
             if name in df.columns:
@@ -141,35 +146,38 @@ def _normalise(df: pl.DataFrame, where: str, warnings: list[str]) -> pl.DataFram
                     .alias("stage"))
     df = df.select(cols)
     n0 = df.height
-    bad_id = pl.col("step").is_null() | pl.col("rank").is_null() | (pl.col("step") < 0) | (pl.col("rank") < 0)
-    sec = pl.col("seconds")
-    bad = sec.is_null() | sec.is_nan() | sec.is_infinite() | (sec <= 0)
-    implausible = (sec > HUGE_SECONDS) | (sec < TINY_SECONDS)
-    # one pass counts every kind of bad row (most files have none: nothing else is run)
-    n_id, nb, nh = df.select(bad_id.sum().alias("i"), (~bad_id & bad).sum().alias("b"),
-                             (~bad_id & ~bad & implausible).sum().alias("h")).row(0)
+    # every kind of bad row counted in numpy (nulls read as NaN), no query; most files have none
+    step = df["step"].cast(pl.Float64).to_numpy()
+    rank = df["rank"].cast(pl.Float64).to_numpy()
+    sec = df["seconds"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        bad_id = ~((step >= 0) & (rank >= 0))  # NaN (null) compares False
+        bad = ~bad_id & ~(np.isfinite(sec) & (sec > 0))
+        implausible = ~bad_id & ~bad & ((sec > HUGE_SECONDS) | (sec < TINY_SECONDS))
+    n_id, nb, nh = int(bad_id.sum()), int(bad.sum()), int(implausible.sum())
     if n_id:
         warnings.append(f"{n_id} of {n0} rows without a valid non-negative step/rank skipped")
-        df = df.filter(~bad_id)
     if nb:
-        first = df.filter(bad).row(0, named=True)
+        first = df.row(int(np.flatnonzero(bad)[0]), named=True)
         warnings.append(f"{nb} of {n0} rows with missing, non-numeric, zero or negative durations "
                         f"skipped (first: step {first['step']} rank {first['rank']})")
-        df = df.filter(~bad)
     if nh:
         warnings.append(f"{nh} rows with implausible durations (> {HUGE_SECONDS:.0e} s or "
                         f"< {TINY_SECONDS:.0e} s) skipped")
-        df = df.filter(~implausible)
+    if n_id or nb or nh:
+        df = df.filter(pl.Series(~(bad_id | bad | implausible)))
     if df.height == 0:
         raise DataError("no usable timing rows", where)
-    if _has_duplicates(df):
+    codes, names = _section_codes(df)
+    if _has_duplicates(df, codes):
         before = df.height
         df = df.unique(subset=["step", "rank", "section"], keep="last", maintain_order=True)
         warnings.append(f"{before - df.height} duplicate (step, rank, section) rows: kept the last")
-    return df
+        codes, names = _section_codes(df)
+    return df, codes, names
 
 
-def _has_duplicates(df: pl.DataFrame) -> bool:
+def _has_duplicates(df: pl.DataFrame, codes: np.ndarray) -> bool:
     """Whether two rows share (step, rank, section), counted in numpy (a polars ``unique`` per
     file is most of the preparation time of a small job)."""
     step = df["step"].to_numpy()
@@ -178,7 +186,6 @@ def _has_duplicates(df: pl.DataFrame) -> bool:
         d_step, d_rank = np.diff(step), np.diff(rank)
         if bool(((d_step > 0) | ((d_step == 0) & (d_rank > 0))).all()):
             return False
-    codes = _section_codes(df)[0]
     s0, r0 = int(step.min()), int(rank.min())
     ns, nr, nc = int(step.max()) - s0 + 1, int(rank.max()) - r0 + 1, int(codes.max()) + 1
     if ns * nr * nc > 8 * step.size + (1 << 20):  # sparse ids: sort instead of counting
@@ -193,12 +200,34 @@ def _section_codes(df: pl.DataFrame) -> tuple[np.ndarray, list[str]]:
     without a ``section`` column holds step totals only."""
     if "section" not in df.columns:
         return np.zeros(df.height, dtype=np.int64), [""]
-    section = df["section"]
+    return _section_codes_of(df["section"])
+
+
+def _section_codes_of(section: pl.Series) -> tuple[np.ndarray, list[str]]:
     names = sorted(section.unique().to_list())
     if len(names) == 1:
         return np.zeros(section.len(), dtype=np.int64), names
     codes = section.replace_strict(names, list(range(len(names))), return_dtype=pl.Int64)
     return codes.to_numpy(), names
+
+
+def _unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, return_inverse=True)`` for non-negative integer ids without a sort when
+    they are dense (a count per id) or already in order (ids change where rows change): the
+    sort was most of the preparation of a 50,000-row file."""
+    if a.size == 0:
+        return np.unique(a, return_inverse=True)
+    lo, hi = int(a.min()), int(a.max())
+    if lo >= 0 and hi < 4 * a.size + 1024:
+        present = np.bincount(a) > 0
+        index = np.cumsum(present) - 1
+        return np.flatnonzero(present).astype(a.dtype), index[a]
+    change = np.empty(a.size, dtype=bool)
+    change[0] = True
+    np.not_equal(a[1:], a[:-1], out=change[1:])
+    if bool((a[1:] >= a[:-1]).all()):
+        return a[change], np.cumsum(change) - 1
+    return np.unique(a, return_inverse=True)
 
 
 def _rank_medians(ri: np.ndarray, sec: np.ndarray, n_r: int) -> np.ndarray:
@@ -243,14 +272,13 @@ def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = No
     """The dense matrices of ``df``; ``ranks`` fixes the rank axis (streaming: rows of unknown
     ranks are skipped with a warning)."""
     warnings: list[str] = []
-    df = _normalise(df, where, warnings)
+    df, codes, names = _normalise(df, where, warnings)
     step = df["step"].to_numpy()
     rank = df["rank"].to_numpy()
     sec = df["seconds"].to_numpy().astype(np.float64)
-    codes, names = _section_codes(df)
-    steps_u, si = np.unique(step, return_inverse=True)
+    steps_u, si = _unique_inverse(step)
     if ranks is None:
-        ranks_u, ri = np.unique(rank, return_inverse=True)
+        ranks_u, ri = _unique_inverse(rank)
         known = np.ones(rank.size, dtype=bool)
         span = int(ranks_u[-1] - ranks_u[0] + 1)
         if span > ranks_u.size:
@@ -324,7 +352,9 @@ def _meta(df: pl.DataFrame, ri: np.ndarray, ranks: np.ndarray, leaf_of: Mapping[
     stage: np.ndarray | None = None
     leaf: list[str | None] = [None] * n
     if cols:
-        _, first = np.unique(ri, return_index=True)  # every rank has rows (the axis came from them)
+        # each rank's first row (every rank has rows: the axis came from them)
+        first = np.full(n, ri.size, dtype=np.int64)
+        np.minimum.at(first, ri, np.arange(ri.size))
         per = df[pl.Series(first)]  # row gather (Series.gather runs a query per column)
         if any(per[c].null_count() for c in cols):  # a rank's first row lacks a value: look further
             per = (df.select(cols).with_columns(pl.Series("_r", ri)).lazy().group_by("_r")
