@@ -125,6 +125,23 @@ def test_fleet_wide_regression_matches_node_less_detection() -> None:
     assert sc.to_json()["classes"]["perf_regression"]["recall"] == 1.0
 
 
+def test_regression_of_another_signature_is_a_false_alarm_not_a_find() -> None:
+    # the rollout slowed gpt-175b-fp8; a cut in llama's runs at the same time explains nothing
+    reg = TruthEvent("r1", "perf_regression", None, "nccl=2.20.5", T0 + H, T0 + 48 * H, "warning",
+                     False, ("runs",), True, {"scope": "fleet", "signature": "gpt-175b-fp8"})
+    other = Detection("regress", None, T0 + 3 * H, "regression", subject="llama-70b-bf16-ws64-8x8")
+    sc = score([reg], [other], 1.0, P)
+    assert sc.cls("perf_regression").detected == 0
+    assert sum(sc.false_alarm_causes.values()) == 1
+    right = Detection("regress", None, T0 + 4 * H, "regression", subject="gpt-175b-fp8-ws512-64x8")
+    sc = score([reg], [other, right], 1.0, P)
+    r = sc.cls("perf_regression")
+    assert (r.detected, r.latency_median_s) == (1, 3 * H)
+    # a prefix that is not a whole name does not fit (gpt-175b-fp8x is another model)
+    near = Detection("regress", None, T0 + 4 * H, "regression", subject="gpt-175b-fp8x-ws8-1x8")
+    assert score([reg], [near], 1.0, P).cls("perf_regression").detected == 0
+
+
 def test_lemon_found_through_its_failures_and_repeat_drains() -> None:
     lemon = fault(20, "lemon_node", "n9", 0, 24 * H)
     f1 = fault(21, "gpu_off_bus", "n9", 2 * H, 3 * H, crash=True, lemon=True, job_gpus=0)

@@ -121,7 +121,8 @@ def _regress(ctx: Context) -> tuple[list[Detection], list[str], int]:
         if cp.change <= 0:
             continue
         out.append(Detection("regress", None, float(cp.time), "regression", Severity.WARNING, False, None,
-                             f"{cp.signature}: {cp.change:+.1%} from run {cp.run_id}"))
+                             f"{cp.signature}: {cp.change:+.1%} from run {cp.run_id}",
+                             subject=cp.signature))
     return out, notes, len(hist.runs)
 
 

@@ -64,6 +64,7 @@ class Detection:
     code: int | None = None
     reason: str = ""
     basis: str | None = None      # timing analyses: compute | communication | step (totals only)
+    subject: str | None = None    # node-less alarms: what they are about (a regression's run signature)
 
     @property
     def key(self) -> str:
@@ -221,6 +222,16 @@ def merge_alarms(dets: Iterable[Detection], params: ScoreParams) -> list[Detecti
     return out
 
 
+def _same_subject(d: Detection, t: TruthEvent) -> bool:
+    """A node-less alarm about one job signature (a regression) is explained only by truth about
+    that signature: run signatures carry the world size (``gpt-175b-fp8-ws64-8x8``), the truth names
+    the model (``gpt-175b-fp8``); truth without a signature (or an alarm without a subject) fits any."""
+    want = t.details.get("signature") if d.node is None else None
+    if not want or d.subject is None:
+        return True
+    return d.subject == want or d.subject.startswith(f"{want}-")
+
+
 class _Index:
     """Truth by node; a fleet- or job-wide event only explains alarms whose kind it fits, and a
     harmful node fault of another class explains an alarm only when nothing fitting does."""
@@ -241,7 +252,8 @@ class _Index:
 
     def match(self, d: Detection, p: ScoreParams) -> TruthEvent | None:
         pool = self.by_node.get(d.node, []) + self.fleet if d.node is not None else self.nodeless
-        cands = [t for t in pool if t.start - p.slack_s <= d.time <= t.end + p.grace_s]
+        cands = [t for t in pool if t.start - p.slack_s <= d.time <= t.end + p.grace_s
+                 and _same_subject(d, t)]
         if not cands:
             return None
         explains = KIND_CLASSES.get(d.key, KIND_CLASSES.get(d.kind, ()))
