@@ -121,7 +121,11 @@ def write_dataset(plan: Plan, out: Path, progress: Progress = _noop,
 
 
 def _jobs_child(plan: Plan, out: Path, done: Any, conn: Any) -> None:
-    """The jobs' files, in a worker process: counts (or the error) go back through ``conn``."""
+    """The jobs' files, in a worker process: counts (or the error) go back through ``conn``.
+    Ctrl-C is the parent's to handle (it terminates this worker)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         counts = {"timing_rows": 0}
         _write_jobs(plan, out, _events_by_node(plan), counts,
