@@ -86,11 +86,15 @@ def test_stragglers_on_megatron_log(tmp_path: Path, capsys: pytest.CaptureFixtur
     path = tmp_path / "train.log"
     path.write_text(_log())
     rc = main(["stragglers", str(path), "--json"])
-    doc = json.loads(capsys.readouterr().out)
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
     assert rc == 1
     (s,) = doc["suspects"]
     assert s["rank"] == 6 and s["node"] is None and s["component"] == "rank:6"
-    assert 40 <= s["since_step"] <= 41 and s["detected_step"] <= 42 and s["basis"] == "compute"
+    # 320 warm-up rank-steps cannot rule out one-step spikes at the false-alarm budget, so the
+    # fast test needs 4 steps at its clip (docs/stragglers.md, noise model) and says so
+    assert 40 <= s["since_step"] <= 41 and s["detected_step"] <= 43 and s["basis"] == "compute"
+    assert any("needs 4 steps at its clip" in w for w in doc["warnings"])
     assert 0.15 < s["slowdown"] < 0.25
 
 
