@@ -239,6 +239,36 @@ def test_recorded_history_goes_stale_like_live(tmp_path: Path) -> None:
         load_history(root)
 
 
+def test_recorded_node_joins_at_its_first_report(tmp_path: Path) -> None:
+    # The recorder starts with the controller; 20 agents' first reports arrive over 9.5 s and
+    # gpu007's is critical. The live controller (Kubernetes: it knows only reporting nodes)
+    # cordoned at once; the replay must not count the 13 nodes that had not reported yet as
+    # silent and hold the drain on the global budget (max_unavailable_fraction 0.5).
+    root = tmp_path / "rec"
+    root.mkdir()
+    f79 = {"kind": "xid", "code": 79, "severity": "critical", "action": "reboot",
+           "message": "GPU has fallen off the bus", "line": XID79}
+    lines = []
+    for k in range(3):
+        for n in range(1, 21):
+            bad = k == 0 and n == 7
+            lines.append({"node": f"gpu{n:03d}", "time": T0 + 0.5 * (n - 1) + 60 * k,
+                          "status": "critical" if bad else "ok",
+                          "checks": [{"check": "gpu", "status": "critical" if bad else "ok",
+                                      "findings": [f79] if bad else []}]})
+    (root / "reports.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    policy = loads_policy('dry_run = false\nhealthy_delay_s = 30\n'
+                          '[[rule]]\nname = "remediate"\nmin_action = "reset_gpu"\ndo = "drain"\n'
+                          'examples = [{ kind = "xid", code = 79, severity = "critical", '
+                          'action = "reboot", expect = "drain" }]\n'
+                          '[[ladder]]\nstep = "reboot"\ntimeout_s = 1800\n[[ladder]]\nstep = "inspect"\n'
+                          '[budget]\nmax_unavailable_fraction = 0.5\n')
+    r = replay(load_history(root), policy, step_s=1.0)
+    assert by_node(r, "gpu007")[0] == ("drain", 3.0)
+    assert not [d for d in r.decisions if d.action is Verb.HOLD]
+    # a node that reported and then went quiet still counts (the stale test above)
+
+
 def test_cli_json_and_errors(basic: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["backtest", str(basic), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -36,6 +36,7 @@ from minutiae.controller.state import (
 )
 from minutiae.model import Severity, Status
 from minutiae.sim.score import Detection, Scorecard, ScoreParams, score
+from minutiae.sources.history import RECORDED
 from minutiae.testing import FakeClock
 
 DETECTOR = "backtest"
@@ -144,9 +145,14 @@ def replay(history: History, policy: Policy, *, step_s: float = 60.0, scheduler:
     full reports (a test checks this)."""
     clk = clock or FakeClock(start=history.start)
     now = clk.now()
+    # A recorded history starts when its recorder did: a node joins the replay at its first
+    # report (the live controller could not count it as silent before then unless its scheduler
+    # listed it, which a recording does not say). A simulated fleet is known from the start, so
+    # a node that has not reported yet is silent, as a Slurm controller would count it.
+    known_upfront = history.layout != RECORDED
     views: dict[str, NodeView] = {
         n: NodeView(n, None, NodeState(n, NodeSchedState.AVAILABLE), history.domains.get(n, {}))
-        for n in history.nodes}
+        for n in history.nodes if known_upfront}
     memory = ControllerMemory()
     events = history.events
     i = 0
@@ -175,7 +181,8 @@ def replay(history: History, policy: Policy, *, step_s: float = 60.0, scheduler:
             i += 1
             v = views.get(ev.node)
             if v is None:
-                v = views[ev.node] = NodeView(ev.node, None, NodeState(ev.node, NodeSchedState.AVAILABLE))
+                v = views[ev.node] = NodeView(ev.node, None, NodeState(ev.node, NodeSchedState.AVAILABLE),
+                                              history.domains.get(ev.node, {}))
             sched = v.sched or NodeState(ev.node, NodeSchedState.AVAILABLE)
             if ev.kind is EventKind.REPORT:
                 views[ev.node] = replace(v, report=_policy_view(ev.report, policy) if fast else ev.report)
