@@ -120,6 +120,7 @@ def test_report_to_cordon_to_slack_to_uncordon_and_backtest(
     assert main(["backtest", str(tmp_path / "rec"), "--json", "--step", "1",
                  "--policy", str(tmp_path / "policy.toml"), "--scheduler", "kubernetes"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [d["action"] for d in doc["nodes"]["k8e-007"]] == ["drain", "resume"]
+    assert [d["action"] for d in doc["nodes"].get("k8e-007", [])] == ["drain", "resume"], (
+        doc["summary"], doc["nodes"], doc["alerts"], (tmp_path / "rec" / "reports.jsonl").read_text()[:4000])
     assert doc["nodes"]["k8e-007"][0]["undo"] == "kubectl uncordon k8e-007"
     assert doc["summary"]["drains"] == 1 and "k8e-003" not in doc["nodes"]
