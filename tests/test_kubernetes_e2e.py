@@ -104,7 +104,10 @@ def test_report_to_cordon_to_slack_to_uncordon_and_backtest(
             assert msg["text"].startswith("minutiae: drained k8e-007 (rule needs-remediation)")
             blob = json.dumps(msg)
             assert "`kubectl uncordon k8e-007`" in blob and "GPU has fallen off the bus." in blob
-            # healthy again: uncordoned after the 2 s healthy delay; the admin's cordon stays
+            # healthy again: uncordoned after the 2 s healthy delay; the admin's cordon stays.
+            # The controller cordons within its 0.5 s step; the critical report stays the latest
+            # for 1.5 s more so that the backtest below (1 s steps, the CLI's finest) sees it too.
+            time.sleep(1.5)
             for _ in range(3):
                 for n in NODES:
                     post(ctl, n, False)
