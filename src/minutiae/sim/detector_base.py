@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from minutiae.model import Finding
@@ -71,6 +72,17 @@ class Context:
                 return False, False
             return True, do == "drain"
         return True, f.action.drains
+
+    def node_files(self, name: str, notes: list[str]) -> list[tuple[str, Path]]:
+        """Every node's ``name`` file that exists, in fleet order; a missing one is a note."""
+        found = []
+        for node in self.ds.nodes:
+            path = self.ds.node_dir(node) / name
+            if path.is_file():
+                found.append((node, path))
+            else:
+                notes.append(f"{path}: missing")
+        return found
 
     def in_maintenance(self, node: str, t: float) -> bool:
         settle = float(self.ds.meta.get("sampling", {}).get("boot_settle_s", 180))

@@ -32,13 +32,8 @@ def _kernel_log(ctx: Context) -> tuple[list[Detection], list[str], int]:
     year = datetime.fromtimestamp(ctx.ds.start, tz=None).year
     out: list[Detection] = []
     notes: list[str] = []
-    n = 0
-    for node in ctx.ds.nodes:
-        path = ctx.ds.node_dir(node) / "kern.log"
-        if not path.is_file():
-            notes.append(f"{path}: missing")
-            continue
-        n += 1
+    logs = ctx.node_files("kern.log", notes)
+    for node, path in logs:
         events = list(parse_lines(read_text(path).splitlines(), year=year))
         untimed = 0
         timed: list[TimedFinding] = []
@@ -58,7 +53,7 @@ def _kernel_log(ctx: Context) -> tuple[list[Detection], list[str], int]:
                     out.append(d)
         if untimed:
             notes.append(f"{path}: {untimed} finding(s) without a time")
-    return out, notes, n
+    return out, notes, len(logs)
 
 
 # ------------------------------------------------------------------ IB counters (sysfs replay)
@@ -81,13 +76,8 @@ def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
     interval = float(ctx.ds.meta.get("sampling", {}).get("ib_interval_s", 300))
     out: list[Detection] = []
     notes: list[str] = []
-    n = 0
-    for node in ctx.ds.nodes:
-        path = ctx.ds.node_dir(node) / "ib.csv"
-        if not path.is_file():
-            notes.append(f"{path}: missing")
-            continue
-        n += 1
+    histories = ctx.node_files("ib.csv", notes)
+    for node, path in histories:
         files: dict[tuple[str, str], dict[str, str]] = {}
         prev_vals: dict[tuple[str, str], float] = {}
         port_vals: dict[str, dict[str, Any]] = {}
@@ -175,7 +165,7 @@ def _ib_counters(ctx: Context) -> tuple[list[Detection], list[str], int]:
             for o in obs:
                 if isinstance(o.value, int | float) and not isinstance(o.value, bool):
                     prev_vals[(o.component, o.metric)] = float(o.value)
-    return out, notes, n
+    return out, notes, len(histories)
 
 
 # ------------------------------------------------------------------ GPU telemetry (DCGM fields)
