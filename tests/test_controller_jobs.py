@@ -36,15 +36,19 @@ def report(node, findings=()):
             "domains": {"rack": f"r-{node}", "nvl_domain": f"nvl-{node}"}}
 
 
-@pytest.fixture
-def world(tmp_path):
+def make_world(tmp_path, backend):
+    """30 nodes on ``backend`` (job 77 on JOB_NODES) behind a controller and its API."""
     clock = FakeClock()
-    backend = RecordingBackend(name="slurm")
     for i in range(1, 31):
         n = f"gpu{i:03d}"
         backend.add_node(n, jobs=("77",) if n in JOB_NODES else ())
     ctl = Controller(Store(tmp_path / "c.db"), backend, POLICY, clock)
     return ctl, backend, clock, TestClient(make_app(ctl, TOKEN)), tmp_path
+
+
+@pytest.fixture
+def world(tmp_path):
+    return make_world(tmp_path, RecordingBackend(name="slurm"))
 
 
 def drained(backend):
@@ -154,13 +158,7 @@ class TolerantBackend(RecordingBackend):
 
 
 def test_the_schedulers_job_tolerance_is_used_and_the_api_overrides_it(tmp_path):
-    clock = FakeClock()
-    backend = TolerantBackend(name="slurm")
-    for i in range(1, 31):
-        n = f"gpu{i:03d}"
-        backend.add_node(n, jobs=("77",) if n in JOB_NODES else ())
-    ctl = Controller(Store(tmp_path / "c.db"), backend, POLICY, clock)
-    client = TestClient(make_app(ctl, TOKEN))
+    ctl, backend, clock, client, _ = make_world(tmp_path, TolerantBackend(name="slurm"))
     for i in range(1, 31):
         n = f"gpu{i:03d}"
         client.post("/v1/reports", json=report(n, [XID79] if n in JOB_NODES else ()),
