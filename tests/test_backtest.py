@@ -208,21 +208,25 @@ step = "inspect"
     assert "gpu017  only_a" in lines[3]
 
 
+def gpu_report(node: str, t: float, bad: bool) -> dict[str, Any]:
+    """A recorded agent report: its GPU check critical with Xid 79 when ``bad``, else OK."""
+    f79 = {"kind": "xid", "code": 79, "severity": "critical", "action": "reboot",
+           "message": "GPU has fallen off the bus", "line": XID79}
+    status = "critical" if bad else "ok"
+    return {"node": node, "time": t, "status": status,
+            "checks": [{"check": "gpu", "status": status, "findings": [f79] if bad else []}]}
+
+
 def test_recorded_history_goes_stale_like_live(tmp_path: Path) -> None:
     root = tmp_path / "rec"
     root.mkdir()
-    f79 = {"kind": "xid", "code": 79, "severity": "critical", "action": "reboot",
-           "message": "GPU has fallen off the bus", "line": XID79}
     lines = []
     for k in range(0, 60):
         t = T0 + 60 * k
         lines += [{"node": f"gpu{n:03d}", "time": t, "status": "ok", "checks": []}
                   for n in (1, *range(3, 21))]
         if k < 2 or 5 <= k < 20 or k >= 35:  # gpu002 is silent 2..4 and 20..34
-            bad = 5 <= k < 20
-            lines.append({"node": "gpu002", "time": t, "status": "critical" if bad else "ok",
-                          "checks": [{"check": "gpu", "status": "critical" if bad else "ok",
-                                      "findings": [f79] if bad else []}]})
+            lines.append(gpu_report("gpu002", t, 5 <= k < 20))
     (root / "reports.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     h = load_history(root)
     assert h.layout == "recorded" and len(h.nodes) == 20 and h.nodes[1] == "gpu002"
@@ -246,16 +250,8 @@ def test_recorded_node_joins_at_its_first_report(tmp_path: Path) -> None:
     # silent and hold the drain on the global budget (max_unavailable_fraction 0.5).
     root = tmp_path / "rec"
     root.mkdir()
-    f79 = {"kind": "xid", "code": 79, "severity": "critical", "action": "reboot",
-           "message": "GPU has fallen off the bus", "line": XID79}
-    lines = []
-    for k in range(3):
-        for n in range(1, 21):
-            bad = k == 0 and n == 7
-            lines.append({"node": f"gpu{n:03d}", "time": T0 + 0.5 * (n - 1) + 60 * k,
-                          "status": "critical" if bad else "ok",
-                          "checks": [{"check": "gpu", "status": "critical" if bad else "ok",
-                                      "findings": [f79] if bad else []}]})
+    lines = [gpu_report(f"gpu{n:03d}", T0 + 0.5 * (n - 1) + 60 * k, k == 0 and n == 7)
+             for k in range(3) for n in range(1, 21)]
     (root / "reports.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     policy = loads_policy('dry_run = false\nhealthy_delay_s = 30\n'
                           '[[rule]]\nname = "remediate"\nmin_action = "reset_gpu"\ndo = "drain"\n'
