@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from minutiae.actions.kubernetes_config import KubeConfig, load_kubeconfig
-from minutiae.actions.kubernetes_http import KubeAPIError, KubeClient
+from minutiae.schedulers.kubernetes.config import KubeConfig, load_kubeconfig
+from minutiae.schedulers.kubernetes.http import KubeAPIError, KubeClient
 
 APPLY = "application/apply-patch+yaml"
 

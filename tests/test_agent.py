@@ -15,8 +15,8 @@ import pytest
 from minutiae.agent.metrics import AgentMetrics
 from minutiae.agent.push import Pusher
 from minutiae.agent.runner import Agent, AgentConfig
-from minutiae.checks.node import CheckConfig, NodeReport, run_check
 from minutiae.model import Action, CheckResult, Finding, Severity, Status
+from minutiae.node.check import CheckConfig, NodeReport, run_check
 from minutiae.testing import FakeClock
 
 TOKEN = "agent-test-token-0123456789"
@@ -172,7 +172,7 @@ def test_real_node_checks_on_a_captured_nvidia_smi(realdata, tmp_path):
 
 def test_agent_import_path_stays_light():
     code = ("import sys, minutiae.cli.main, minutiae.cli.agent, minutiae.agent.daemon, "
-            "minutiae.checks.node, minutiae.controller.wire; "
+            "minutiae.node.check, minutiae.controller.wire; "
             "print(sorted(m for m in ('numpy', 'polars', 'fastapi', 'pydantic', 'scipy', "
             "'pyarrow', 'uvicorn', 'starlette', 'sqlite3') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

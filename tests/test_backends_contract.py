@@ -18,14 +18,14 @@ from typing import Any, Protocol
 
 import pytest
 
-from minutiae.actions.base import NodeSchedState, NodeState, SchedulerBackend, make_reason
 from minutiae.controller.policy import Policy, load_policy, loads_policy
 from minutiae.controller.reconcile import reconcile
 from minutiae.controller.state import ControllerMemory, FleetState, NodeView, Plan, Report, Verb
 from minutiae.errors import BackendError
 from minutiae.model import Action, Finding, Severity, Status
+from minutiae.schedulers.base import NodeSchedState, NodeState, SchedulerBackend, make_reason
+from minutiae.schedulers.recording import RecordingBackend
 from minutiae.testing import FakeClock
-from minutiae.testing.backends import RecordingBackend
 
 NODES = [f"gpu{i:03d}" for i in range(41, 65)]  # the contract suite's Slurm range
 T0 = 1_780_000_000.0
@@ -76,7 +76,7 @@ class SlurmHarness:
     name = "slurm"
 
     def __init__(self, conf: str) -> None:
-        from minutiae.actions.slurm import SlurmBackend
+        from minutiae.schedulers.slurm.backend import SlurmBackend
 
         self.conf = conf
         self.backend = SlurmBackend(slurm_conf=conf)
@@ -126,7 +126,7 @@ class KubernetesHarness:
 
     def __init__(self, kubeconfig: str) -> None:
         from k8s_helpers import admin, config, ensure_namespace
-        from minutiae.actions.kubernetes import KubernetesBackend
+        from minutiae.schedulers.kubernetes.backend import KubernetesBackend
 
         self.api = admin(kubeconfig)
         ensure_namespace(self.api, self.NS)

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minutiae.backtest.history import load_history
+from minutiae.backtest.replay import Replay, replay
+from minutiae.backtest.report import diff, render, render_diff, to_json
 from minutiae.cli.main import main
-from minutiae.controller.backtest import Replay, replay
-from minutiae.controller.backtest_history import load_history
-from minutiae.controller.backtest_report import diff, render, render_diff, to_json
-from minutiae.controller.backtest_signals import ib_signals, log_signals
 from minutiae.controller.policy import load_policy, loads_policy
 from minutiae.controller.state import Verb
 from minutiae.errors import DataError, MinutiaeError, ParseError
+from minutiae.node.replay import ib_signals, log_signals
 
 T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z
 HOUR = 3600.0
@@ -293,9 +293,9 @@ def test_json_document_is_complete(basic: Path) -> None:
 def test_fast_replay_decides_exactly_like_the_plain_one(tmp_path: Path) -> None:
     """On a real simulator dataset: skipping idle steps and hiding harmless findings changes
     nothing (same decisions, same times)."""
-    from minutiae.sim.plan import make_plan
-    from minutiae.sim.profile import load_profile
-    from minutiae.sim.writer import write_dataset as sim_write
+    from minutiae.sim.emit.writer import write_dataset as sim_write
+    from minutiae.sim.world.plan import make_plan
+    from minutiae.sim.world.profile import load_profile
 
     # fault rates x400 so that one day of 16 nodes holds drains, holds and a planned reboot
     sim_write(make_plan(load_profile(rate_scale=400.0), 16, 8, 1.0, 12, T0), tmp_path / "sim")

@@ -6,15 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from minutiae.controller.backtest import replay
-from minutiae.controller.backtest_history import load_history
-from minutiae.controller.backtest_record import ReportRecorder
+from minutiae.backtest.history import load_history
+from minutiae.backtest.replay import replay
 from minutiae.controller.policy import load_policy
+from minutiae.controller.record import ReportRecorder
 from minutiae.controller.service import Controller
 from minutiae.controller.state import Verb
 from minutiae.controller.store import Store
+from minutiae.schedulers.recording import RecordingBackend
 from minutiae.testing import FakeClock
-from minutiae.testing.backends import RecordingBackend
 
 T0 = 1_780_000_000.0
 XID79 = {"kind": "xid", "code": 79, "severity": "critical", "action": "reboot",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minutiae.actions.budget import (
+from minutiae.controller.budget import (
     Bucket,
     BudgetConfig,
     BudgetLedger,

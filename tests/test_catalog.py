@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minutiae.checks.catalog import (
+from minutiae.errors import ConfigError
+from minutiae.model import LOG_KINDS
+from minutiae.node.sources.kernel_log.parse import KernelLogParser, parse_text
+from minutiae.rules.log_findings import findings_from_events
+from minutiae.rules.logs import (
     build_log_rules,
     catalog_text,
     kernel_log_rules,
     load_log_rules,
     parse_toml,
 )
-from minutiae.checks.logrules import findings_from_events
-from minutiae.errors import ConfigError
-from minutiae.model import LOG_KINDS
-from minutiae.parsers.kernel_log import KernelLogParser, parse_text
 
 RULES = kernel_log_rules()
 

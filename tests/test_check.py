@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.checks.node import CheckConfig, CheckMemory, NodeReport, run_check
 from minutiae.cli.main import main
 from minutiae.model import Action, Status
-from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
+from minutiae.node.check import CheckConfig, CheckMemory, NodeReport, run_check
+from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
 from minutiae.testing import FakeClock
 from minutiae.testing.fake_nvml import FakeNvml
 from minutiae.testing.sysfs import ib_port, ib_tree, pcie_device, set_file

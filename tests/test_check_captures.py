@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.checks.node import CheckConfig, CheckMemory, run_check
+from minutiae.node.check import CheckConfig, CheckMemory, run_check
 from minutiae.testing import FakeClock
 
 CASES = [

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minutiae.checks.counters import Context, counter_rules, evaluate
-from minutiae.checks.node_memory import CheckMemory, finding_key
 from minutiae.errors import InputError, SourceUnavailable
 from minutiae.model import Action, Finding, Severity
-from minutiae.sources.check_state import load_state, save_state
-from minutiae.sources.kmsg import read_kernel_log
+from minutiae.node.memory import CheckMemory, finding_key
+from minutiae.node.memory_file import load_state, save_state
+from minutiae.node.sources.kernel_log.read_kmsg import read_kernel_log
+from minutiae.rules.counters.model import Context, counter_rules, evaluate
 
 DEV_KMSG = Path("/dev/kmsg")
 
@@ -124,11 +124,11 @@ def test_counter_rules_never_crash_on_odd_values(values: dict, previous: dict) -
 
 def test_one_megabyte_lines_and_binary_garbage_never_crash(tmp_path: Path) -> None:
     from minutiae.errors import ParseError
-    from minutiae.parsers.dcgm import parse_dcgm
-    from minutiae.parsers.ibstat import parse_ibstat
-    from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
-    from minutiae.sources.nvidia_smi import read_nvidia_smi_file
-    from minutiae.sources.sysfs_ib import read_sysfs_ib
+    from minutiae.node.sources.dcgm.parse import parse_dcgm
+    from minutiae.node.sources.ib.parse_ibstat import parse_ibstat
+    from minutiae.node.sources.ib.read_sysfs import read_sysfs_ib
+    from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
+    from minutiae.node.sources.nvidia_smi.read import read_nvidia_smi_file
     from minutiae.testing.sysfs import set_file
 
     big = "x" * (1 << 20)

@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minutiae.agent.daemon import AgentOptions
-from minutiae.checks.node import CheckConfig, CheckMemory, run_check
 from minutiae.cli.main import main
 from minutiae.errors import SourceUnavailable
-from minutiae.parsers.uptime import parse_uptime
-from minutiae.sources.uptime import read_uptime
+from minutiae.node.check import CheckConfig, CheckMemory, run_check
+from minutiae.node.sources.uptime.parse import parse_uptime
+from minutiae.node.sources.uptime.read import read_uptime
 from minutiae.testing import FakeClock
 from minutiae.testing.sysfs import ib_tree
 

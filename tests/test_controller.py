@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from fastapi.testclient import TestClient
 
-from minutiae.controller.api import make_app
+from minutiae.controller.http.api import make_app
 from minutiae.controller.policy import load_policy
 from minutiae.controller.reconcile import reconcile
 from minutiae.controller.service import Controller
@@ -17,8 +17,8 @@ from minutiae.controller.state import FleetState, NodeView, Verb
 from minutiae.controller.store import Store
 from minutiae.controller.wire import report_from_json
 from minutiae.model import Action
+from minutiae.schedulers.recording import RecordingBackend
 from minutiae.testing import FakeClock
-from minutiae.testing.backends import RecordingBackend
 
 TOKEN = "t0ken-for-tests-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -235,7 +235,7 @@ def test_wire_parser_never_crashes_on_garbage():
 def test_real_kernel_log_capture_drains_through_the_policy(realdata, tmp_path):
     """A real dmesg with XID 119 (GSP timeout) read by the real node checks, sent as the agent
     would: the controller drains with the rule that matched and the captured line as evidence."""
-    from minutiae.checks.node import CheckConfig, run_check
+    from minutiae.node.check import CheckConfig, run_check
 
     log = realdata / "kernel_logs/gpud/components_accelerator_nvidia_xid__dmesg-with-xid-119.log"
     if not log.exists():

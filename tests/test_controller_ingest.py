@@ -14,16 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minutiae.agent.push import Outbox, Pusher
-from minutiae.controller.api import MAX_BODY, make_app
-from minutiae.controller.backtest_record import ReportRecorder
+from minutiae.controller.http.api import MAX_BODY, make_app
 from minutiae.controller.policy import load_policy
 from minutiae.controller.reconcile import assess
+from minutiae.controller.record import ReportRecorder
 from minutiae.controller.service import Controller
 from minutiae.controller.state import Health
 from minutiae.controller.store import Store
 from minutiae.errors import MinutiaeError
+from minutiae.schedulers.recording import RecordingBackend
 from minutiae.testing import FakeClock
-from minutiae.testing.backends import RecordingBackend
 
 TOKEN = "t0ken-for-ingest-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

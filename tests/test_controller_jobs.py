@@ -11,15 +11,15 @@ from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minutiae.actions.slurm import parse_job_tolerances
-from minutiae.controller.api import make_app
+from minutiae.controller.http.api import make_app
 from minutiae.controller.policy import load_policy
 from minutiae.controller.service import Controller
 from minutiae.controller.state import Verb
 from minutiae.controller.store import Store
 from minutiae.history.store import RunStore
+from minutiae.schedulers.recording import RecordingBackend
+from minutiae.schedulers.slurm.backend import parse_job_tolerances
 from minutiae.testing import FakeClock
-from minutiae.testing.backends import RecordingBackend
 
 TOKEN = "t0ken-for-jobs-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -8,14 +8,14 @@ from dataclasses import replace
 
 from fastapi.testclient import TestClient
 
-from minutiae.controller.api import make_app
-from minutiae.controller.client import format_explain, format_nodes, format_status
+from minutiae.controller.http.api import make_app
+from minutiae.controller.http.client import format_explain, format_nodes, format_status
 from minutiae.controller.policy import load_policy
 from minutiae.controller.service import Controller
 from minutiae.controller.state import Verb
 from minutiae.controller.store import Store
+from minutiae.schedulers.recording import RecordingBackend
 from minutiae.testing import FakeClock
-from minutiae.testing.backends import RecordingBackend
 
 TOKEN = "t0ken-for-silent-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.checks.catalog import catalog_text, parse_toml
-from minutiae.checks.counters import Context, build_rules, context, counter_rules, evaluate
 from minutiae.errors import ConfigError
 from minutiae.model import COUNTER_KINDS, Action, Severity
-from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
-from minutiae.parsers.nvidia_smi_xml import parse_nvidia_smi_xml
-from minutiae.sources.sysfs_ib import read_sysfs_ib
+from minutiae.node.sources.ib.read_sysfs import read_sysfs_ib
+from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
+from minutiae.node.sources.nvidia_smi.parse_xml import parse_nvidia_smi_xml
+from minutiae.rules.counters.model import Context, build_rules, context, counter_rules, evaluate
+from minutiae.rules.logs import catalog_text, parse_toml
 from minutiae.testing.sysfs import ib_tree
 
 NOW = 1_700_000_000.0

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minutiae.checks.counters import boot_grace_s, context, counter_rules, evaluate
-from minutiae.controller.backtest_signals import ib_signals
-from minutiae.sources.sysfs_ib import read_sysfs_ib
+from minutiae.node.replay import ib_signals
+from minutiae.node.sources.ib.read_sysfs import read_sysfs_ib
+from minutiae.rules.counters.model import boot_grace_s, context, counter_rules, evaluate
 from minutiae.testing.sysfs import ib_tree
 
 NOW = 1_700_000_000.0

@@ -12,16 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minutiae.checks.catalog import catalog_text, parse_toml
-from minutiae.checks.counter_gate import engine_rule, gated_findings, run_sequence
-from minutiae.checks.counters import Context, counter_rules, judge
-from minutiae.checks.counters_schema import build_rules, load_rules
-from minutiae.checks.engine import Engine
-from minutiae.checks.engine_rules import build_engine_rules, shipped_engine_rules
-from minutiae.checks.node import CheckConfig, CheckMemory, run_check
 from minutiae.errors import ConfigError
 from minutiae.model import Action, Observation, Severity, Status
-from minutiae.sources.catalog_cache import NAME, load_cached, store_cached
+from minutiae.node.check import CheckConfig, CheckMemory, run_check
+from minutiae.rules.cache import NAME, load_cached, store_cached
+from minutiae.rules.counters.gate import engine_rule, gated_findings, run_sequence
+from minutiae.rules.counters.load import build_rules, load_rules
+from minutiae.rules.counters.model import Context, counter_rules, judge
+from minutiae.rules.engine.engine import Engine
+from minutiae.rules.engine.rules import build_engine_rules, shipped_engine_rules
+from minutiae.rules.logs import catalog_text, parse_toml
 from minutiae.testing import FakeClock
 from minutiae.testing.sysfs import ib_port, ib_tree, set_file
 
@@ -374,8 +374,8 @@ _json = st.recursive(
 @given(st.dictionaries(st.sampled_from(["version", "boot_time", "rules"]), _json, max_size=3),
        st.dictionaries(st.sampled_from(["gpu:0000:19:00.0", "x"]), _json, max_size=2))
 def test_any_damaged_gate_state_is_fresh_timers_or_usable(doc: dict, keys: dict) -> None:  # type: ignore[type-arg]
-    from minutiae.checks.engine_state import EngineState
     from minutiae.errors import MinutiaeError
+    from minutiae.rules.engine.state import EngineState
 
     doc = {**doc, "version": 1, "rules": {"gpu.throttle-hw": keys}} if keys else doc
     rule = _rule("gpu.throttle-hw")

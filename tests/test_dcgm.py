@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minutiae.errors import InputError, ParseError, SourceUnavailable
-from minutiae.parsers.dcgm import COMPAT, FIELDS, parse_dcgm
-from minutiae.sources.dcgm import read_dcgm
+from minutiae.node.sources.dcgm.parse import COMPAT, FIELDS, parse_dcgm
+from minutiae.node.sources.dcgm.read import read_dcgm
 
 LABELS = ('gpu="{i}",UUID="GPU-{i}aaa",pci_bus_id="00000000:{bus}:00.0",device="nvidia{i}",'
           'modelName="NVIDIA H100 80GB HBM3",Hostname="gpu001",DCGM_FI_DRIVER_VERSION="535.183.01"')

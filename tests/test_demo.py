@@ -115,7 +115,7 @@ def test_eval_table_for_people(demo: tuple[Path, Path], capsys: pytest.CaptureFi
     assert main(["eval", str(out)]) == 0
     text = capsys.readouterr().out
     assert "scorecard" in text and "false alarms per 1,000 node-days" in text
-    from minutiae.sources.sim_dataset import load_dataset
+    from minutiae.sim.dataset import load_dataset
 
     classes = {t.cls for t in load_dataset(out).truth if t.harmful and t.node}
     assert classes and all(c in text for c in classes)

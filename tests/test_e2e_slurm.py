@@ -369,7 +369,7 @@ def test_running_job_loses_at_most_what_it_survives(slurm, tmp_path):
 
 
 def test_a_jobs_slurm_comment_sets_its_tolerance(slurm, tmp_path):
-    from minutiae.actions.slurm import parse_job_tolerances
+    from minutiae.schedulers.slurm.backend import parse_job_tolerances
 
     env = {**os.environ, "SLURM_CONF": slurm}
     out = subprocess.run(["sbatch", "--parsable", "-N", "3", "-w", "gpu034,gpu035,gpu036",

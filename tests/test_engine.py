@@ -9,15 +9,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from minutiae.checks.engine import Engine, run_example
-from minutiae.checks.engine_rules import (
+from minutiae.errors import ConfigError, DataError
+from minutiae.model import Action, Finding, Observation, Severity
+from minutiae.rules.engine.engine import Engine, run_example
+from minutiae.rules.engine.rules import (
     build_engine_rules,
     load_engine_rules_text,
     shipped_engine_rules,
 )
-from minutiae.checks.engine_state import EngineState
-from minutiae.errors import ConfigError, DataError
-from minutiae.model import Action, Finding, Observation, Severity
+from minutiae.rules.engine.state import EngineState
 from minutiae.testing import FakeClock
 
 # An example counters rule file, written against the schema in docs/rules.md.
@@ -265,8 +265,8 @@ def test_build_rejects_duplicates():
 
 
 def test_shipped_log_count_rules_on_a_real_xid13_burst(realdata):
-    from minutiae.checks.logrules import findings_from_events
-    from minutiae.parsers.kernel_log import parse_text
+    from minutiae.node.sources.kernel_log.parse import parse_text
+    from minutiae.rules.log_findings import findings_from_events
 
     path = realdata / "kernel_logs/gpud/pkg_dmesg__dmesg.decode.iso.log.0"
     findings = list(findings_from_events(parse_text(path.read_text())))

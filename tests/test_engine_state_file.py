@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minutiae.checks.engine import Engine
-from minutiae.checks.engine_rules import build_engine_rules, load_engine_rules_text
-from minutiae.checks.engine_state import EngineState
 from minutiae.errors import ConfigError, DataError, InputError
 from minutiae.model import Observation
-from minutiae.sources import state_file
-from minutiae.sources.state_file import load_engine_state, save_engine_state
+from minutiae.node import state_file
+from minutiae.node.state_file import load_engine_state, save_engine_state
+from minutiae.rules.engine.engine import Engine
+from minutiae.rules.engine.rules import build_engine_rules, load_engine_rules_text
+from minutiae.rules.engine.state import EngineState
 from minutiae.testing import FakeClock
 
 RULE = """

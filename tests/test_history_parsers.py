@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minutiae.errors import MinutiaeError
+from minutiae.history.read_prometheus import parse_query_range
 from minutiae.history.rollouts import group_rollouts, parse_fleet_csv, parse_rollouts_csv
 from minutiae.history.usage import join_usage, parse_jobs_csv
-from minutiae.sources.prom_runs import parse_query_range
 
 ROLLOUTS = ("time,node,attr,old,new\n1767312794,gpu010,driver,535.161.08,535.183.01\n"
             "1767315337,gpu032,driver,535.161.08,535.183.01\n1767400000,gpu010,nccl,2.19.3,2.20.5\n")

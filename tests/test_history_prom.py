@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from minutiae.errors import DataError, ParseError, SourceUnavailable
-from minutiae.sources.prom_runs import fetch_runs, parse_query_range
+from minutiae.history.read_prometheus import fetch_runs, parse_query_range
 
 # shape of a real /api/v1/query_range answer (Prometheus HTTP API docs)
 BODY = {

@@ -14,9 +14,9 @@ from minutiae.errors import DataError, InputError, MinutiaeError, ParseError
 from minutiae.history.clean import clean_runs
 from minutiae.history.issues import IssueKind
 from minutiae.history.parse import expand_nodes, parse_runs_csv, parse_time
+from minutiae.history.read import load_history, read_runs_file
 from minutiae.history.record import Metric, RunRecord
 from minutiae.history.store import RunStore, record_run
-from minutiae.sources.runs_file import load_history, read_runs_file
 
 CSV = """run_id,time,signature,seconds_per_step,driver,nccl,nodes,gpus,duration_s
 a1,1767225600,llama,1.50,570.124.06,2.21.5,gpu[001-002],16,3600

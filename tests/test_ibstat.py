@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minutiae.errors import ParseError
-from minutiae.parsers.ibstat import parse_ibstat
+from minutiae.node.sources.ib.parse_ibstat import parse_ibstat
 
 
 def _parse(realdata: Path, name: str):  # type: ignore[no-untyped-def]

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from minutiae.analyses.regress_impact import impact
-from minutiae.analyses.regress_where import (
+from minutiae.analyses.regress.impact import impact
+from minutiae.analyses.regress.where import (
     compare_versions,
     parse_duration,
     parse_fraction,

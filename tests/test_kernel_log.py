@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minutiae.parsers.kernel_log import (
+from minutiae.node.sources.kernel_log.parse import (
     BROADCAST,
     KernelLogParser,
     normalize_pci,
@@ -21,7 +21,7 @@ from minutiae.parsers.kernel_log import (
     parse_text,
     prefilter_patterns,
 )
-from minutiae.parsers.kernel_log_prefix import split_prefix
+from minutiae.node.sources.kernel_log.parse_prefix import split_prefix
 
 GPUD = "kernel_logs/gpud"
 
@@ -266,7 +266,7 @@ def test_old_three_line_fallen_off_the_bus_is_one_event():
 
 
 def test_multi_line_join_across_blocks(monkeypatch):
-    from minutiae.parsers import kernel_log as kl
+    from minutiae.node.sources.kernel_log import parse as kl
     monkeypatch.setattr(kl, "BLOCK_LINES", 2)
     lines = ["noise", "NVRM: The NVIDIA GPU 0000:65:00.0 (PCI ID: 10de:20b5)",
              "NVRM: installed in this system has",

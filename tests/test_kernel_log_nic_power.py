@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minutiae.checks.logrules import findings_from_events
-from minutiae.checks.node import status_of
 from minutiae.model import Severity, Status
-from minutiae.parsers.kernel_log import parse_lines
+from minutiae.node.check import status_of
+from minutiae.node.sources.kernel_log.parse import parse_lines
+from minutiae.rules.log_findings import findings_from_events
 
 BOOT_LOG = "kernel_logs/gpud/pkg_dmesg__dmesg.decode.iso.log.1"
 

@@ -7,11 +7,11 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
-from minutiae.checks.engine import Engine
-from minutiae.checks.engine_rules import shipped_engine_rules
-from minutiae.checks.logrules import findings_from_events
 from minutiae.model import Action, Finding, Severity
-from minutiae.parsers.kernel_log import parse_text
+from minutiae.node.sources.kernel_log.parse import parse_text
+from minutiae.rules.engine.engine import Engine
+from minutiae.rules.engine.rules import shipped_engine_rules
+from minutiae.rules.log_findings import findings_from_events
 from minutiae.testing import FakeClock
 
 GPUD = "kernel_logs/gpud"

@@ -17,8 +17,9 @@ from k8s_helpers import (
     ensure_namespace,
     node_events,
 )
-from minutiae.actions.base import NodeSchedState
-from minutiae.actions.kubernetes import (
+from minutiae.errors import BackendError
+from minutiae.schedulers.base import NodeSchedState
+from minutiae.schedulers.kubernetes.backend import (
     CONDITION,
     OWNER_KEY,
     REASON_KEY,
@@ -26,9 +27,8 @@ from minutiae.actions.kubernetes import (
     TAINT_KEY,
     KubernetesBackend,
 )
-from minutiae.actions.kubernetes_config import KubeConfig
-from minutiae.actions.kubernetes_http import KubeClient
-from minutiae.errors import BackendError
+from minutiae.schedulers.kubernetes.config import KubeConfig
+from minutiae.schedulers.kubernetes.http import KubeClient
 from minutiae.testing import FakeClock
 
 pytestmark = pytest.mark.k8s
@@ -193,7 +193,7 @@ def _has(api: KubeClient, path: str) -> bool:
 
 def test_bulk_states_equal_one_by_one(api: KubeClient, backend: KubernetesBackend,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import minutiae.actions.kubernetes as k8s_backend
+    import minutiae.schedulers.kubernetes.backend as k8s_backend
 
     monkeypatch.setattr(k8s_backend, "LIST_PAGE", 1)  # every list goes through `continue` pages
     nodes = ["mk-be-10", "mk-be-11", "mk-be-12"]

@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minutiae.actions.kubernetes import KubernetesBackend, annotation_key
-from minutiae.actions.kubernetes_config import (
+from minutiae.errors import BackendUnavailable, ConfigError, ValidationError
+from minutiae.schedulers.kubernetes.backend import KubernetesBackend, annotation_key
+from minutiae.schedulers.kubernetes.config import (
     KubeConfig,
     load_in_cluster,
     load_kubeconfig,
     parse_kubeconfig,
 )
-from minutiae.errors import BackendUnavailable, ConfigError, ValidationError
 from minutiae.testing import FakeClock
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

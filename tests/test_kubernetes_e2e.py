@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from k8s_helpers import admin, admin_cordon, create_node, delete, node_events
-from minutiae.actions.kubernetes import CONDITION, OWNER_KEY, TAINT_KEY
-from minutiae.actions.kubernetes_http import KubeClient
 from minutiae.cli.main import main
+from minutiae.schedulers.kubernetes.backend import CONDITION, OWNER_KEY, TAINT_KEY
+from minutiae.schedulers.kubernetes.http import KubeClient
 from minutiae.testing.serve import ServeProcess
 from webhook_endpoint import Endpoint
 

@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from k8s_helpers import APPLY, admin, config, create_node, create_pod, delete, ensure_namespace
-from minutiae.actions.kubernetes import TAINT_KEY, KubernetesBackend
-from minutiae.actions.kubernetes_http import KubeAPIError, KubeClient
 from minutiae.controller.policy import loads_policy
 from minutiae.errors import BackendError
+from minutiae.schedulers.kubernetes.backend import TAINT_KEY, KubernetesBackend
+from minutiae.schedulers.kubernetes.http import KubeAPIError, KubeClient
 from minutiae.testing import FakeClock
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from minutiae.analyses.stragglers.parse_megatron import looks_like_megatron, parse_megatron
 from minutiae.cli.main import main
-from minutiae.parsers.megatron import looks_like_megatron, parse_megatron
 
 
 def _iteration(it: int, ms: float) -> str:

@@ -2,9 +2,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from minutiae.actions.base import make_reason, validate_node
 from minutiae.errors import ValidationError
 from minutiae.model import Action, Finding, Severity, Status
+from minutiae.schedulers.base import make_reason, validate_node
 
 
 def test_orders_follow_design() -> None:

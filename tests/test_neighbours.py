@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.analyses.topology_neighbours import find_neighbours, job_members, pinning
+from minutiae.analyses.topology.neighbours import find_neighbours, job_members, pinning
+from minutiae.analyses.topology.read_procs import online_cpus, read_processes, sample_processes
 from minutiae.cli.main import main
-from minutiae.sources.procs import online_cpus, read_processes, sample_processes
 from minutiae.testing import FakeClock
 
 STAT = "{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 4194560 100 0 0 0 {ut} {st} 0 0 20 0 1 0 100 " \

@@ -14,9 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minutiae.actions.base import NodeSchedState, NodeState
-from minutiae.actions.budget import BudgetVerdict
-from minutiae.controller.notify_slack import (
+from minutiae.controller.budget import BudgetVerdict
+from minutiae.controller.notify.slack import (
     LEMON_EMOJI,
     MAX_BLOCKS,
     SlackNotifier,
@@ -24,11 +23,12 @@ from minutiae.controller.notify_slack import (
     hostlist,
     rollup_message,
 )
-from minutiae.controller.notify_webhook import Outbox, Poster, WebhookNotifier
+from minutiae.controller.notify.webhook import Outbox, Poster, WebhookNotifier
 from minutiae.controller.policy import load_policy
 from minutiae.controller.reconcile import reconcile
 from minutiae.controller.state import Decision, FleetState, NodeView, Report, Verb
 from minutiae.model import Action, Finding, Severity, Status
+from minutiae.schedulers.base import NodeSchedState, NodeState
 from minutiae.testing import FakeClock
 from webhook_endpoint import Endpoint
 
@@ -283,7 +283,7 @@ def test_messages_stay_within_slack_limits(items: list[tuple[str, Verb, str, lis
 
 
 def test_notifiers_from_env(endpoint: Endpoint, tmp_path: Path) -> None:
-    from minutiae.controller.notify_slack import notifiers_from_env
+    from minutiae.controller.notify.slack import notifiers_from_env
     from minutiae.errors import ConfigError
 
     assert notifiers_from_env({}, FakeClock()) == []

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minutiae.errors import ParseError
-from minutiae.parsers.nvidia_smi_common import REASONS, normalize_pci, reason_names
-from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
-from minutiae.parsers.nvidia_smi_xml import parse_nvidia_smi_xml
-from minutiae.parsers.snapshot import Snapshot
-from minutiae.sources.nvidia_smi import read_nvidia_smi_file
+from minutiae.model.gpu_metrics import REASONS, normalize_pci, reason_names
+from minutiae.model.snapshot import Snapshot
+from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
+from minutiae.node.sources.nvidia_smi.parse_xml import parse_nvidia_smi_xml
+from minutiae.node.sources.nvidia_smi.read import read_nvidia_smi_file
 
 
 def _xml(realdata: Path, name: str) -> Snapshot:
@@ -213,7 +213,7 @@ def test_unopenable_gpu_is_lost(line: str, comp: str, reason: str, realdata: Pat
 
 
 def test_nvlink_status_a100(realdata: Path) -> None:
-    from minutiae.parsers.nvidia_smi_nvlink import parse_nvlink_status
+    from minutiae.node.sources.nvidia_smi.parse_nvlink import parse_nvlink_status
 
     path = realdata / "nvidia_smi" / "gpud" / "nvidia-smi.nvlink.status.a100"
     s = parse_nvlink_status(path.read_text(), str(path))
@@ -229,8 +229,8 @@ def test_nvlink_status_a100(realdata: Path) -> None:
 
 
 def test_nvlink_inactive_links_map_onto_the_gpu_by_uuid(realdata: Path) -> None:
-    from minutiae.checks.counters import context, counter_rules, evaluate
-    from minutiae.parsers.nvidia_smi_nvlink import by_uuid, parse_nvlink_status
+    from minutiae.node.sources.nvidia_smi.parse_nvlink import by_uuid, parse_nvlink_status
+    from minutiae.rules.counters.model import context, counter_rules, evaluate
 
     q = _text(realdata, "gpud", "nvidia-smi-query.535.161.08.out.0.valid")
     uuid = q.value("gpu:0000:3b:00.0", "uuid")
@@ -247,7 +247,7 @@ def test_nvlink_inactive_links_map_onto_the_gpu_by_uuid(realdata: Path) -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.text(max_size=600))
 def test_nvlink_parser_never_crashes(text: str) -> None:
-    from minutiae.parsers.nvidia_smi_nvlink import parse_nvlink_status
+    from minutiae.node.sources.nvidia_smi.parse_nvlink import parse_nvlink_status
 
     parse_nvlink_status("GPU 0: X (UUID: GPU-12345678-aaaa)\n" + text, "fuzz")
 

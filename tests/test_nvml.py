@@ -8,9 +8,9 @@ import pynvml
 import pytest
 
 from minutiae.errors import SourceUnavailable
-from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
-from minutiae.parsers.snapshot import Snapshot
-from minutiae.sources.nvml import read_nvml
+from minutiae.model.snapshot import Snapshot
+from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
+from minutiae.node.sources.nvml import read_nvml
 from minutiae.testing.fake_nvml import FakeNvml
 
 H100 = ("nvidia_smi", "gpud", "nvidia-smi-query.535.161.08.out.0.valid")
@@ -95,8 +95,8 @@ def test_nvlink_state_and_errors(h100: Snapshot) -> None:
 
 
 def test_lost_gpu_drains_the_node(h100: Snapshot, tmp_path: Path) -> None:
-    from minutiae.checks.node import CheckConfig, run_check
     from minutiae.model import Action, Status
+    from minutiae.node.check import CheckConfig, run_check
     from minutiae.testing import FakeClock
 
     fake = FakeNvml.from_snapshot(h100, lost={6})

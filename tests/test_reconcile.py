@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from minutiae.actions.base import NodeSchedState, NodeState
 from minutiae.controller.policy import load_policy
 from minutiae.controller.reconcile import reconcile, simulate, with_pause
 from minutiae.controller.state import FleetState, NodeView, Pause, Report, Verb
 from minutiae.model import Action, Finding, Severity, Status
+from minutiae.schedulers.base import NodeSchedState, NodeState
+from minutiae.schedulers.recording import RecordingBackend
 from minutiae.testing import FakeClock
-from minutiae.testing.backends import RecordingBackend
 
 POLICY = replace(load_policy(), healthy_delay_s=600)
 XID79 = Finding("xid", Severity.CRITICAL, Action.REBOOT, "GPU has fallen off the bus", code=79,
@@ -270,7 +270,7 @@ def test_invariants_hold_on_random_fleets():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from minutiae.actions.budget import StormConfig
+    from minutiae.controller.budget import StormConfig
     from minutiae.controller.state import ControllerMemory, NodeMemory
 
     pol = replace(POLICY, budget=replace(POLICY.budget, storm=StormConfig(fraction=1.0),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minutiae.analyses.regress_baselines import edivisive, mozilla_ttest
+from minutiae.analyses.regress.baselines import edivisive, mozilla_ttest
 
 
 def test_edivisive_and_mozilla_find_a_clear_step() -> None:

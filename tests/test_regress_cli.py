@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.analyses.regress_synth import FleetConfig, RolloutSpec, synth_fleet
 from minutiae.cli.main import main
 from minutiae.history.export import format_rollouts_csv, format_runs_csv
+from minutiae.testing.synth.regress import FleetConfig, RolloutSpec, synth_fleet
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_garbage_file_is_a_message(tmp_path: Path, capsys) -> None:  # type: ign
 
 
 def test_db_round_trip_through_cli(dataset, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    from minutiae.sources.runs_file import import_runs
+    from minutiae.history.read import import_runs
 
     d, _ = dataset
     n, _issues = import_runs(d / "runs.csv", tmp_path / "c.db")

@@ -9,16 +9,16 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from minutiae.analyses.regress import (
+from minutiae.analyses.regress.detect import (
     DetectorParams,
     detect_series,
     find_change_points,
     load_params,
     robust_sigma,
 )
-from minutiae.analyses.regress_synth import synth_series
 from minutiae.errors import ConfigError
 from minutiae.history.record import Metric, RunRecord
+from minutiae.testing.synth.regress import synth_series
 
 P = load_params()
 
@@ -97,7 +97,7 @@ def test_change_points_on_records_name_first_run_and_rates_flip_sign() -> None:
 
 
 def test_shipped_examples_hold() -> None:
-    data = tomllib.loads(resources.files("minutiae.analyses").joinpath("regress.toml").read_text())
+    data = tomllib.loads(resources.files("minutiae.analyses.regress").joinpath("regress.toml").read_text())
     for ex in data["example"]:
         rng = np.random.default_rng(42)
         y = rng.normal(0, math.log1p(ex["noise"]), ex["runs"])

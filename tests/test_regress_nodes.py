@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minutiae.analyses.regress import find_change_points, group_series
-from minutiae.analyses.regress_nodes import adjusted_runs, node_penalties
-from minutiae.analyses.regress_synth import FleetConfig, SynthFleet, synth_fleet
+from minutiae.analyses.regress.detect import find_change_points, group_series
+from minutiae.analyses.regress.nodes import adjusted_runs, node_penalties
 from minutiae.cli.main import main
 from minutiae.history.export import format_runs_csv
 from minutiae.history.record import RunRecord
+from minutiae.testing.synth.regress import FleetConfig, SynthFleet, synth_fleet
 
 
 def _score(records: list[RunRecord] | tuple[RunRecord, ...], f: SynthFleet,

@@ -11,17 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from minutiae.analyses.regress import (
+from minutiae.analyses.regress.detect import (
     Stage,
     confirmed_cuts,
     detect_series,
     find_change_points,
     load_params,
 )
-from minutiae.analyses.regress_online import online_alarms
-from minutiae.analyses.regress_synth import synth_series
+from minutiae.analyses.regress.online import online_alarms
 from minutiae.errors import ConfigError
 from minutiae.history.record import RunRecord
+from minutiae.testing.synth.regress import synth_series
 
 P = load_params()
 ON = P.online

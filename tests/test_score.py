@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from minutiae.model import Severity
-from minutiae.sim.score import Detection, ScoreParams, merge_alarms, score
-from minutiae.sim.truth import TruthEvent
+from minutiae.scoring.score import Detection, ScoreParams, merge_alarms, score
+from minutiae.scoring.truth import TruthEvent
 
 H = 3600.0
 T0 = 1_736_121_600.0

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minutiae.errors import ConfigError, ParseError
+from minutiae.scoring.truth import parse_truth_lines
 from minutiae.sim.api import parse_rates, run_sim
-from minutiae.sim.plan import make_plan
-from minutiae.sim.profile import UNITS, default_profile_text, load_profile, parse_profile
-from minutiae.sim.truth import parse_truth_lines
+from minutiae.sim.world.plan import make_plan
+from minutiae.sim.world.profile import UNITS, default_profile_text, load_profile, parse_profile
 
 T0 = 1_736_121_600.0
 
@@ -132,7 +132,7 @@ def test_refuses_to_overwrite_a_directory_that_is_not_a_dataset(tmp_path: Path) 
 def test_dataset_reader_garbage_is_a_clear_error(tmp_path_factory: pytest.TempPathFactory, name: str,
                                                  data: bytes) -> None:
     from minutiae.errors import InputError
-    from minutiae.sources.sim_dataset import load_dataset
+    from minutiae.sim.dataset import load_dataset
 
     root = tmp_path_factory.mktemp("ds")
     if not hasattr(test_dataset_reader_garbage_is_a_clear_error, "_base"):

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from minutiae.cli.main import main
-from minutiae.sim.profile import load_profile
+from minutiae.sim.world.profile import load_profile
 
 
 def _rates(**kw: float) -> dict[str, float]:

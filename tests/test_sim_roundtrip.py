@@ -10,12 +10,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from minutiae.scoring.score import KIND_CLASSES, Detection
+from minutiae.scoring.truth import TruthEvent
 from minutiae.sim.api import run_sim
-from minutiae.sim.detectors import run_detectors
-from minutiae.sim.profile import load_profile
-from minutiae.sim.score import KIND_CLASSES, Detection
-from minutiae.sim.truth import TruthEvent
-from minutiae.sources.sim_dataset import Dataset, load_dataset
+from minutiae.sim.dataset import Dataset, load_dataset
+from minutiae.sim.eval.detectors.analyses import run_detectors
+from minutiae.sim.world.profile import load_profile
 
 NODES, DAYS = 32, 1.0
 GRACE = 1800.0
@@ -178,7 +178,7 @@ def test_sysfs_tree_has_the_real_layout(ds: Dataset, realdata: Path) -> None:
 
 
 def test_sysfs_snapshot_is_the_last_ib_sample(ds: Dataset) -> None:
-    from minutiae.sources.sysfs_ib import read_sysfs_ib
+    from minutiae.node.sources.ib.read_sysfs import read_sysfs_ib
 
     node = next(t.node for t in ds.truth if t.cls == "ib_symbol_errors" and t.node)
     snap = read_sysfs_ib(ds.node_dir(node) / "sysfs", 0.0)
@@ -195,8 +195,8 @@ def test_sysfs_snapshot_is_the_last_ib_sample(ds: Dataset) -> None:
 
 
 def test_dcgm_text_round_trips_through_the_dcgm_parser(ds: Dataset) -> None:
-    from minutiae.parsers.dcgm import parse_dcgm
-    from minutiae.sim.telemetry import render_dcgm
+    from minutiae.node.sources.dcgm.parse import parse_dcgm
+    from minutiae.sim.emit.telemetry import render_dcgm
 
     df = pl.read_parquet(ds.root / "telemetry.parquet").filter(pl.col("ecc_sbe") > 0).head(1)
     row = df.row(0, named=True)
@@ -205,7 +205,7 @@ def test_dcgm_text_round_trips_through_the_dcgm_parser(ds: Dataset) -> None:
     snap = parse_dcgm(render_dcgm(rows), "rendered")
     vals = {(o.component, o.metric): o.value for o in snap.observations}
     assert vals[("node", "gpu_count")] == len(rows)
-    from minutiae.sim.fleet import gpu_bus
+    from minutiae.sim.world.fleet import gpu_bus
 
     for r in rows:
         comp = f"gpu:0000:{gpu_bus(r['gpu'])}:00.0"
@@ -216,7 +216,7 @@ def test_dcgm_text_round_trips_through_the_dcgm_parser(ds: Dataset) -> None:
 
 
 def test_dcgm_field_names_are_real(realdata: Path) -> None:
-    from minutiae.sim.telemetry import DCGM_FIELDS
+    from minutiae.sim.emit.telemetry import DCGM_FIELDS
 
     text = "".join(p.read_text() for p in (realdata / "dcgm/dcgm-exporter").glob("*.csv"))
     names = [f for f, _t, _h in DCGM_FIELDS.values()]

@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from minutiae.analyses.stragglers import Options, analyse
-from minutiae.analyses.stragglers_prep import prepare
-from minutiae.sim.plan import Job
-from minutiae.sim.score import Detection, score
-from minutiae.sim.timings import SECTIONS, has_sections, job_timings
-from minutiae.sim.truth import TruthEvent
+from minutiae.analyses.stragglers.analysis import Options, analyse
+from minutiae.analyses.stragglers.prep import prepare
+from minutiae.scoring.score import Detection, score
+from minutiae.scoring.truth import TruthEvent
+from minutiae.sim.emit.timings import SECTIONS, has_sections, job_timings
+from minutiae.sim.world.plan import Job
 
 T0 = 1_736_000_000.0
 CFG: dict[str, object] = {"pipeline_stages": 1, "stage_imbalance": [0.0], "rank_noise": 0.02,

@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from minutiae.analyses.stragglers import Options, analyse
-from minutiae.analyses.stragglers_prep import prepare
-from minutiae.sim.plan import Job
-from minutiae.sim.profile import load_profile
-from minutiae.sim.timings import job_timings
-from minutiae.sim.truth import TruthEvent
+from minutiae.analyses.stragglers.analysis import Options, analyse
+from minutiae.analyses.stragglers.prep import prepare
+from minutiae.scoring.truth import TruthEvent
+from minutiae.sim.emit.timings import job_timings
+from minutiae.sim.world.plan import Job
+from minutiae.sim.world.profile import load_profile
 
 T0 = 1_736_121_600.0
 NODES = tuple(f"gpu{i:03d}" for i in range(1, 9))

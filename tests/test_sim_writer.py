@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from minutiae.sim.plan import make_plan
-from minutiae.sim.profile import load_profile
-from minutiae.sim.writer import majority, write_dataset
+from minutiae.sim.emit.writer import majority, write_dataset
+from minutiae.sim.world.plan import make_plan
+from minutiae.sim.world.profile import load_profile
 
 T0 = 1_736_121_600.0
 

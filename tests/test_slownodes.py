@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from minutiae.analyses.slownodes import SlowOptions, analyse_telemetry, decode_reasons
+from minutiae.analyses.slownodes.analysis import SlowOptions, analyse_telemetry, decode_reasons
 from minutiae.cli.main import main
 
 T0 = 1_767_225_600.0
@@ -165,7 +165,7 @@ def test_chunked_gives_the_whole_table_answer(chunk_rows: int, variant: str) -> 
 
 
 def test_chunk_bounds_keep_each_sample_time_whole() -> None:
-    from minutiae.analyses.slownodes_chunks import _chunk_bounds
+    from minutiae.analyses.slownodes.chunked import _chunk_bounds
 
     # jittered times: 1,000 s and 1,020 s share bucket 3 at a 300 s interval (3.33 and 3.4 round to 3)
     times = pl.Series([0.0, 290.0, 610.0, 1000.0, 1020.0, 1190.0])

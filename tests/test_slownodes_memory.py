@@ -15,7 +15,7 @@ import polars as pl
 CHILD = """
 import json, resource, sys
 import polars as pl
-from minutiae.analyses.slownodes import analyse_telemetry
+from minutiae.analyses.slownodes.analysis import analyse_telemetry
 tel, fleet = pl.read_parquet(sys.argv[1]), pl.read_csv(sys.argv[2])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 report = analyse_telemetry(tel, fleet, None, None, "t", None if sys.argv[3] == "whole" else int(sys.argv[3]))

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minutiae.analyses.slownodes.parse_prometheus import dcgm_telemetry, matrix_rows
+from minutiae.analyses.slownodes.read_prometheus import MAX_POINTS, Prometheus
 from minutiae.cli.main import main
 from minutiae.errors import ParseError, SourceUnavailable
-from minutiae.parsers.prometheus import dcgm_telemetry, matrix_rows
-from minutiae.sources.prometheus import MAX_POINTS, Prometheus
 
 
 class Recorder:

@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from minutiae.actions.base import NodeSchedState
-from minutiae.actions.slurm import Completed, SlurmBackend, parse_show_node, sched_state
-from minutiae.checks.node import NodeReport
-from minutiae.checks.node_slurm import SlurmOutcome, slurm_step
+from minutiae.agent.healthcheck import SlurmOutcome, slurm_step
 from minutiae.errors import BackendError, BackendUnavailable, ValidationError
 from minutiae.model import Action, CheckResult, Finding, Severity, Status
+from minutiae.node.check import NodeReport
+from minutiae.schedulers.base import NodeSchedState
+from minutiae.schedulers.slurm.backend import Completed, SlurmBackend, parse_show_node, sched_state
 from minutiae.testing.slurm_runner import FakeSlurm
 
 # verbatim `scontrol show node -o` lines from slurm-wlm 22.05.8 (scripts/services/slurm-up.sh)
@@ -206,7 +206,7 @@ def test_app_caused_xid_does_not_drain() -> None:
 def _ack_setup(realdata, tmp_path):  # type: ignore[no-untyped-def]
     from pathlib import Path
 
-    from minutiae.checks.node import CheckConfig
+    from minutiae.node.check import CheckConfig
 
     log = Path(tmp_path) / "kern.log"
     log.write_bytes(realdata.joinpath(
@@ -217,7 +217,7 @@ def _ack_setup(realdata, tmp_path):  # type: ignore[no-untyped-def]
 
 
 def test_admin_resume_acknowledges_log_faults_until_they_recur(realdata, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from minutiae.checks.node_slurm import check_with_slurm
+    from minutiae.agent.healthcheck import check_with_slurm
     from minutiae.testing import FakeClock
 
     log, cfg = _ack_setup(realdata, tmp_path)
@@ -245,9 +245,9 @@ def test_admin_resume_acknowledges_log_faults_until_they_recur(realdata, tmp_pat
 def test_counter_conditions_are_not_acknowledged_by_a_resume(realdata, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from pathlib import Path
 
-    from minutiae.checks.node import CheckConfig
-    from minutiae.checks.node_slurm import check_with_slurm
-    from minutiae.parsers.nvidia_smi_text import parse_nvidia_smi_text
+    from minutiae.agent.healthcheck import check_with_slurm
+    from minutiae.node.check import CheckConfig
+    from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
     from minutiae.testing import FakeClock
     from minutiae.testing.fake_nvml import FakeNvml
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.actions.base import NodeSchedState
-from minutiae.actions.slurm import SlurmBackend, parse_show_node
 from minutiae.cli.main import main
 from minutiae.errors import BackendError, BackendUnavailable
+from minutiae.schedulers.base import NodeSchedState
+from minutiae.schedulers.slurm.backend import SlurmBackend, parse_show_node
 from minutiae.testing.sysfs import ib_tree, pcie_device
 
 pytestmark = pytest.mark.slurm

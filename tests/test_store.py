@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from minutiae.actions.budget import Bucket, BudgetVerdict
+from minutiae.controller.budget import Bucket, BudgetVerdict
 from minutiae.controller.state import ControllerMemory, Decision, NodeMemory, Pause, Verb
 from minutiae.controller.store import DONE, HELD, PENDING, Store
 from minutiae.errors import StoreError

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minutiae.analyses.stragglers import Options, analyse
-from minutiae.analyses.stragglers_calib import design, infer_groups, siegmund_arl0, threshold_for
-from minutiae.analyses.stragglers_synth import (
+from minutiae.analyses.stragglers.analysis import Options, analyse
+from minutiae.analyses.stragglers.calib import design, infer_groups, siegmund_arl0, threshold_for
+from minutiae.analyses.stragglers.types import Basis, Scope
+from minutiae.testing.synth.stragglers import (
     Fault,
     FaultKind,
     SynthJob,
@@ -15,7 +16,6 @@ from minutiae.analyses.stragglers_synth import (
     as_matrix,
     score,
 )
-from minutiae.analyses.stragglers_types import Basis, Scope
 
 
 def _run(spec: SynthSpec, sections: bool = False, stage: bool = True):
@@ -146,7 +146,7 @@ def test_node_test_finds_a_mildly_slow_node_before_its_ranks() -> None:
 def test_role_column_separates_peers() -> None:
     import polars as pl
 
-    from minutiae.analyses.stragglers_prep import prepare
+    from minutiae.analyses.stragglers.prep import prepare
 
     job = SynthJob(SynthSpec(ranks=64, steps=80, stages=1, seed=4))
     t = job.table().with_columns(

@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minutiae.analyses.stragglers import Options, StragglerAnalysis, analyse
-from minutiae.analyses.stragglers_detect import SeriesDetector
-from minutiae.analyses.stragglers_prep import prepare
-from minutiae.analyses.stragglers_synth import Fault, FaultKind, SynthJob, SynthSpec
-from minutiae.analyses.stragglers_types import Basis, Scope
+from minutiae.analyses.stragglers.analysis import Options, StragglerAnalysis, analyse
+from minutiae.analyses.stragglers.detect import SeriesDetector
+from minutiae.analyses.stragglers.prep import prepare
+from minutiae.analyses.stragglers.types import Basis, Scope
 from minutiae.errors import InputError
+from minutiae.testing.synth.stragglers import Fault, FaultKind, SynthJob, SynthSpec
 
 WHERE = "timings/100001.parquet"
 
@@ -121,10 +121,10 @@ def test_simulated_job_shapes_never_crash(nodes: int, gpus: int, stages: int, ex
 def test_eval_counts_crashed_jobs_in_the_status(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """A job whose analysis crashes is counted in the detector's status and JSON, not only
     listed among the notes (eval carries on with the other jobs)."""
-    import minutiae.analyses.stragglers as stragglers_mod
+    import minutiae.analyses.stragglers.analysis as stragglers_mod
     from minutiae.sim.api import run_sim
-    from minutiae.sim.detectors import Failure, run_detectors
-    from minutiae.sources.sim_dataset import load_dataset
+    from minutiae.sim.dataset import load_dataset
+    from minutiae.sim.eval.detectors.analyses import Failure, run_detectors
 
     run_sim(tmp_path / "ds", nodes=4, gpus_per_node=8, days=0.3, seed=3)
     ds = load_dataset(tmp_path / "ds")

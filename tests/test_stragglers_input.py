@@ -9,11 +9,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from minutiae.analyses.stragglers import Options, analyse
-from minutiae.analyses.stragglers_prep import prepare
-from minutiae.analyses.stragglers_stream import StragglerStream
-from minutiae.analyses.stragglers_synth import Fault, FaultKind, SynthJob, SynthSpec
+from minutiae.analyses.stragglers.analysis import Options, analyse
+from minutiae.analyses.stragglers.prep import prepare
+from minutiae.analyses.stragglers.stream import StragglerStream
 from minutiae.cli.main import main
+from minutiae.testing.synth.stragglers import Fault, FaultKind, SynthJob, SynthSpec
 
 FAULT = Fault(FaultKind.GPU, 21, 0.20, 60)
 

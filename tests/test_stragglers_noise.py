@@ -18,8 +18,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minutiae.analyses.stragglers import Options, StragglerAnalysis, analyse
-from minutiae.analyses.stragglers_calib import (
+from minutiae.analyses.stragglers.analysis import Options, StragglerAnalysis, analyse
+from minutiae.analyses.stragglers.calib import (
     _mean_rate,
     design,
     noise_sigma,
@@ -29,11 +29,11 @@ from minutiae.analyses.stragglers_calib import (
     spike_false_alarm_rate,
     spike_rate,
 )
-from minutiae.analyses.stragglers_detect import peer_log_ratio
-from minutiae.analyses.stragglers_peers import Kind, PeerReference, log_times, loo_median
-from minutiae.analyses.stragglers_prep import prepare
-from minutiae.analyses.stragglers_synth import Fault, FaultKind, SynthJob, SynthSpec, as_matrix
-from minutiae.analyses.stragglers_types import Basis, Scope
+from minutiae.analyses.stragglers.detect import peer_log_ratio
+from minutiae.analyses.stragglers.peers import Kind, PeerReference, log_times, loo_median
+from minutiae.analyses.stragglers.prep import prepare
+from minutiae.analyses.stragglers.types import Basis, Scope
+from minutiae.testing.synth.stragglers import Fault, FaultKind, SynthJob, SynthSpec, as_matrix
 
 
 def _job(nodes: int, stages: int, steps: int, noise: float, seed: int, gpus: int = 8,

@@ -6,12 +6,12 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minutiae.analyses.stragglers import analyse
-from minutiae.analyses.stragglers_prep import prepare
-from minutiae.analyses.stragglers_synth import SynthJob, SynthSpec
+from minutiae.analyses.stragglers.analysis import analyse
+from minutiae.analyses.stragglers.parse import parse_timings
+from minutiae.analyses.stragglers.parse_megatron import parse_megatron
+from minutiae.analyses.stragglers.prep import prepare
 from minutiae.errors import InputError
-from minutiae.parsers.megatron import parse_megatron
-from minutiae.parsers.timings import parse_timings
+from minutiae.testing.synth.stragglers import SynthJob, SynthSpec
 
 CSV = SynthJob(SynthSpec(ranks=16, steps=30, seed=1)).table().write_csv().encode()
 PARQUET_DF = SynthJob(SynthSpec(ranks=16, steps=30, seed=1)).table()
@@ -87,8 +87,8 @@ def test_parquet_roundtrip(tmp_path) -> None:  # type: ignore[no-untyped-def]
                                     st.just(1.0))), min_size=1, max_size=400),
        st.integers(1, 5))
 def test_stream_survives_anything(rows: list[tuple[int, int, float]], chunks: int) -> None:
-    from minutiae.analyses.stragglers import Options
-    from minutiae.analyses.stragglers_stream import StragglerStream
+    from minutiae.analyses.stragglers.analysis import Options
+    from minutiae.analyses.stragglers.stream import StragglerStream
 
     df = pl.DataFrame(rows, schema={"step": pl.Int64, "rank": pl.Int64, "seconds": pl.Float64},
                       orient="row")

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minutiae.errors import SourceUnavailable
-from minutiae.parsers.snapshot import SnapshotBuilder
-from minutiae.parsers.sysfs_ib import parse_ib_port, parse_rate, parse_state
-from minutiae.sources.sysfs_ib import read_sysfs_ib
+from minutiae.model.snapshot import SnapshotBuilder
+from minutiae.node.sources.ib.parse_sysfs import parse_ib_port, parse_rate, parse_state
+from minutiae.node.sources.ib.read_sysfs import read_sysfs_ib
 from minutiae.testing.sysfs import ib_port, ib_tree, set_file
 
 SNAP = ("infiniband", "gpud", "sys-class-infiniband-h100.0")

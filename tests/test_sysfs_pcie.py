@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minutiae.errors import SourceUnavailable
-from minutiae.parsers.pcie import device_kind, parse_pcie_device, parse_speed
-from minutiae.parsers.snapshot import SnapshotBuilder
-from minutiae.sources.sysfs_pcie import read_sysfs_pcie
+from minutiae.model.snapshot import SnapshotBuilder
+from minutiae.node.sources.pcie.parse import device_kind, parse_pcie_device, parse_speed
+from minutiae.node.sources.pcie.read import read_sysfs_pcie
 from minutiae.testing.sysfs import pcie_device
 
 
@@ -82,8 +82,8 @@ def test_aer_statistics_in_the_kernels_layout(tmp_path: Path) -> None:
 
 
 def test_aer_findings_across_runs(tmp_path: Path) -> None:
-    from minutiae.checks.node import CheckConfig, CheckMemory, run_check
     from minutiae.model import Action
+    from minutiae.node.check import CheckConfig, CheckMemory, run_check
     from minutiae.testing import FakeClock
 
     pcie_device(tmp_path, "0000:44:00.0", aer={"correctable": 0})
@@ -102,7 +102,7 @@ def test_aer_findings_across_runs(tmp_path: Path) -> None:
 def test_ib_device_pci_address_from_the_device_link(tmp_path: Path, realdata: Path) -> None:
     import os
 
-    from minutiae.sources.sysfs_ib import read_sysfs_ib
+    from minutiae.node.sources.ib.read_sysfs import read_sysfs_ib
     from minutiae.testing.sysfs import ib_tree
 
     root = ib_tree(tmp_path / "sys", realdata / "infiniband" / "gpud" / "sys-class-infiniband-h100.0")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.analyses.stragglers import analyse
-from minutiae.analyses.stragglers_prep import prepare
-from minutiae.analyses.stragglers_types import Basis
-from minutiae.parsers.timings import parse_timings
+from minutiae.analyses.stragglers.analysis import analyse
+from minutiae.analyses.stragglers.parse import parse_timings
+from minutiae.analyses.stragglers.prep import prepare
+from minutiae.analyses.stragglers.types import Basis
 from minutiae.testing import fakes
 from minutiae.timing import StepTimer
 

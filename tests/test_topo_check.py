@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.analyses.topology import report
-from minutiae.analyses.topology_check import check_against, check_topology
-from minutiae.analyses.topology_learn import FingerprintCache, learn
-from minutiae.analyses.topology_profile import (
+from minutiae.analyses.topology.check import check_against, check_topology
+from minutiae.analyses.topology.learn import FingerprintCache, learn
+from minutiae.analyses.topology.parse import parse_topology
+from minutiae.analyses.topology.placement import report
+from minutiae.analyses.topology.profile import (
     ATTRIBUTES,
     Profile,
     fingerprint,
@@ -23,7 +24,6 @@ from minutiae.analyses.topology_profile import (
 from minutiae.cli.main import main
 from minutiae.errors import ConfigError
 from minutiae.model.vocab import Status
-from minutiae.parsers.topology import parse_topology
 from minutiae.testing.topology import dgx_like_topology, render_topo_matrix, with_facts
 
 PLANTED = {
@@ -100,7 +100,7 @@ def test_no_majority_is_reported_as_ambiguous() -> None:
 
 
 def test_shipped_profile_validates_and_unknown_is_not_ok(realdata: Path) -> None:
-    text = resources.files("minutiae.analyses").joinpath("profiles/dgx-h100.toml").read_text()
+    text = resources.files("minutiae.analyses.topology").joinpath("profiles/dgx-h100.toml").read_text()
     prof = profile_from_toml(text, "dgx-h100.toml")
     assert prof.expect["gpus.nvlinks"] == 18
     p = realdata / "nvidia_smi/ml-engineering/topo_m_8xH100_nv18_numa.txt"
@@ -189,8 +189,8 @@ def test_cli_plan_and_table(realdata: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_parallel_fingerprinting_matches_serial(tmp_path: Path) -> None:
-    from minutiae.analyses.topology_learn import fingerprint_files
-    from minutiae.sources.topology_sysfs import read_capture_bytes
+    from minutiae.analyses.topology.learn import fingerprint_files
+    from minutiae.analyses.topology.read_sysfs import read_capture_bytes
 
     d = _fleet(tmp_path)
     items = [(p.stem, p) for p in sorted(d.iterdir())]
@@ -203,7 +203,7 @@ def test_parallel_fingerprinting_matches_serial(tmp_path: Path) -> None:
 
 
 def test_every_shipped_rule_example() -> None:
-    from minutiae.analyses.topology_rules import rules
+    from minutiae.analyses.topology.rules import rules
 
     shipped = rules()
     assert set(shipped) == set(ATTRIBUTES)
@@ -226,7 +226,7 @@ def test_every_shipped_rule_example() -> None:
     ('', "no rule for gpus.count"),
 ])
 def test_bad_rules_are_refused(bad: str, msg: str) -> None:
-    from minutiae.analyses.topology_rules import parse_rules
+    from minutiae.analyses.topology.rules import parse_rules
 
     with pytest.raises(ConfigError, match=msg):
         parse_rules(bad, "rules.toml")

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from minutiae.analyses.topology.parse import parse_topology
+from minutiae.analyses.topology.parse_json import topology_from_json
+from minutiae.analyses.topology.parse_proc_status import parse_cgroup, parse_stat, parse_status
 from minutiae.errors import ParseError
 from minutiae.model.topology import NodeTopology, format_cpulist, parse_cpulist, parse_hexmask
-from minutiae.parsers.proc_status import parse_cgroup, parse_stat, parse_status
-from minutiae.parsers.topology import parse_topology
-from minutiae.parsers.topology_json import topology_from_json
 
 SAMPLES = [
     "nvidia_smi/ml-engineering/topo_m_8xH100_nv18_numa.txt",

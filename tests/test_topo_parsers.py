@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.analyses.topology import place_gpus, report
+from minutiae.analyses.topology.parse import TopoFormat, detect_format, parse_topology
+from minutiae.analyses.topology.parse_hwloc import parse_hwloc_xml
+from minutiae.analyses.topology.parse_json import topology_from_json
+from minutiae.analyses.topology.parse_matrix import parse_topo_matrix
+from minutiae.analyses.topology.parse_nccl import parse_nccl_topo
+from minutiae.analyses.topology.placement import place_gpus, report
 from minutiae.errors import ParseError
 from minutiae.model.topology import NicKind, NodeTopology, PathType, format_cpulist
-from minutiae.parsers.hwloc_xml import parse_hwloc_xml
-from minutiae.parsers.nccl_topo import parse_nccl_topo
-from minutiae.parsers.topo_matrix import parse_topo_matrix
-from minutiae.parsers.topology import TopoFormat, detect_format, parse_topology
-from minutiae.parsers.topology_json import topology_from_json
 from minutiae.testing.topology import dgx_like_topology, render_topo_matrix
 
 

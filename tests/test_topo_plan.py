@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.analyses.topology_plan import default_reserved, make_plan, split_cpus
-from minutiae.analyses.topology_render import PlanFormat, render
+from minutiae.analyses.topology.parse import parse_topology
+from minutiae.analyses.topology.plan import default_reserved, make_plan, split_cpus
+from minutiae.analyses.topology.read_sysfs import read_sysfs_topology
+from minutiae.analyses.topology.render import PlanFormat, render
 from minutiae.errors import ConfigError
 from minutiae.model.topology import format_cpulist, parse_cpulist, parse_hexmask
-from minutiae.parsers.topology import parse_topology
-from minutiae.sources.topology_sysfs import read_sysfs_topology
 from minutiae.testing.topology import build_sysfs, dgx_like_spec, dgx_like_topology
 
 H100 = "nvidia_smi/ml-engineering/topo_m_8xH100_nv18_numa.txt"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.analyses.topology import place_gpus
+from minutiae.analyses.topology.placement import place_gpus
+from minutiae.analyses.topology.read_sysfs import read_sysfs_topology
 from minutiae.errors import SourceUnavailable
 from minutiae.model.topology import NicKind, PathType, format_cpulist
-from minutiae.sources.topology_sysfs import read_sysfs_topology
 from minutiae.testing.topology import build_sysfs, dgx_like_spec
 
 
@@ -113,8 +113,8 @@ def test_cli_sysfs_root_json_and_check(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_live_merge_adds_nvlinks_from_nvidia_smi(tmp_path: Path) -> None:
-    from minutiae.parsers.topo_matrix import parse_topo_matrix
-    from minutiae.parsers.topology import merge_matrix
+    from minutiae.analyses.topology.parse import merge_matrix
+    from minutiae.analyses.topology.parse_matrix import parse_topo_matrix
     from minutiae.testing.topology import dgx_like_topology, render_topo_matrix
 
     base = read_sysfs_topology(build_sysfs(tmp_path, dgx_like_spec()))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from minutiae.analyses.attribution import whatchanged
-from minutiae.analyses.attribution_rollouts import attribute_rollouts
-from minutiae.analyses.regress_synth import FleetConfig, RolloutSpec, synth_fleet
+from minutiae.analyses.whatchanged.attribution import whatchanged
+from minutiae.analyses.whatchanged.rollouts import attribute_rollouts
 from minutiae.errors import DataError
 from minutiae.history.rollouts import group_rollouts
+from minutiae.testing.synth.regress import FleetConfig, RolloutSpec, synth_fleet
 
 OLD, NEW = "570.124.06", "570.158.01"
 
@@ -77,7 +77,7 @@ def test_rollout_precision_recall_over_seeds() -> None:
 def test_two_way_projection_is_exact_least_squares() -> None:
     import numpy as np
 
-    from minutiae.analyses.attribution_stats import make_panel
+    from minutiae.analyses.whatchanged.stats import make_panel
 
     f = synth_fleet(FleetConfig(seed=2, signatures=6, runs_per_signature=(20, 40), days=10))
     p = make_panel(f.records)

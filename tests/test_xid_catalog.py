@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.checks.catalog import build_code_catalog, parse_toml, sxid_catalog, xid_catalog
-from minutiae.checks.logrules import findings_from_events
 from minutiae.errors import ConfigError
 from minutiae.model import Action, Severity
-from minutiae.parsers.kernel_log import parse_text
+from minutiae.node.sources.kernel_log.parse import parse_text
+from minutiae.rules.log_findings import findings_from_events
+from minutiae.rules.logs import build_code_catalog, parse_toml, sxid_catalog, xid_catalog
 
 # NVIDIA's resolution bucket -> the action ladder (docs/rules.md); None: per-code workflow
 BUCKET_ACTION = {

@@ -26,8 +26,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from minutiae.controller.backtest import replay, summary
-from minutiae.controller.backtest_history import EventKind, History, load_history
+from minutiae.backtest.history import EventKind, History, load_history
+from minutiae.backtest.replay import replay, summary
 from minutiae.controller.policy import load_policy
 
 T0 = 1_780_000_000.0
@@ -39,9 +39,9 @@ def ensure_dataset(root: Path, nodes: int, days: float, seed: int) -> Path:
         m = json.loads(meta.read_text())
         if m.get("nodes") == nodes and abs(float(m.get("days", 0)) - days) < 1e-6 and m.get("seed") == seed:
             return root
-    from minutiae.sim.plan import make_plan
-    from minutiae.sim.profile import load_profile
-    from minutiae.sim.writer import write_dataset
+    from minutiae.sim.emit.writer import write_dataset
+    from minutiae.sim.world.plan import make_plan
+    from minutiae.sim.world.profile import load_profile
 
     t = time.perf_counter()
     print(f"writing a {nodes}-node, {days:g}-day dataset to {root} (once) ...", flush=True)

@@ -42,7 +42,7 @@ _PREFIX = re.compile(
 
 
 def kmsg_lines(n: int, seed: int = 7) -> list[str]:
-    from minutiae.parsers.kernel_log import parse_text
+    from minutiae.node.sources.kernel_log.parse import parse_text
 
     benign: list[str] = []
     faults: list[str] = []
@@ -123,8 +123,8 @@ def measure(code: str, args: list[str], env: dict[str, str] | None = None) -> tu
 def in_process(args: list[str], repeats: int) -> tuple[float, float]:
     """(cold, steady) CPU seconds of ``run_check`` in one process, as the agent runs it: cold =
     a fresh ``CheckMemory`` (whole kmsg parsed), steady = the same memory again (+100 new lines)."""
-    from minutiae.checks.node import CheckConfig, CheckMemory, run_check
     from minutiae.clock import SystemClock
+    from minutiae.node.check import CheckConfig, CheckMemory, run_check
 
     kmsg = Path(args[args.index("--kmsg") + 1])
     cfg = CheckConfig(sysfs_root=Path(args[args.index("--sysfs-root") + 1]), kmsg=kmsg,

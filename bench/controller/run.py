@@ -242,10 +242,10 @@ def bench_gc(quick: bool) -> None:
     does) against without (baseline)."""
     import gc
 
-    from minutiae.controller.backends import DryRunBackend
     from minutiae.controller.policy import load_policy
     from minutiae.controller.service import Controller
     from minutiae.controller.store import Store
+    from minutiae.schedulers.registry import DryRunBackend
     from minutiae.testing import FakeClock
 
     def run(freeze: bool) -> dict[int, list[float]]:
@@ -354,11 +354,11 @@ def bench_decision(quick: bool) -> None:
 
 
 def bench_replay(quick: bool) -> None:
-    from minutiae.actions.base import NodeSchedState, NodeState
     from minutiae.controller.policy import load_policy
     from minutiae.controller.reconcile import reconcile, simulate
     from minutiae.controller.state import FleetState, NodeView, Report
     from minutiae.model import Action, Finding, Severity, Status
+    from minutiae.schedulers.base import NodeSchedState, NodeState
 
     pol = load_policy()
     nvl = Finding("nvlink_down", Severity.ERROR, Action.RESET_GPU, "link 3 down")

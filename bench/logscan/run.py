@@ -92,9 +92,9 @@ def generate(path: Path, lines: int, seed: int = 7) -> int:
 
 
 def time_minutiae(path: Path, use_re2: bool) -> tuple[float, float, int]:
-    from minutiae.checks.logrules import findings_from_events
-    from minutiae.parsers import kernel_log
-    from minutiae.sources.logstream import iter_kernel_log
+    from minutiae.node.sources.kernel_log import parse as kernel_log
+    from minutiae.node.sources.kernel_log.read_stream import iter_kernel_log
+    from minutiae.rules.log_findings import findings_from_events
 
     saved = kernel_log._re2
     if not use_re2:
@@ -125,7 +125,7 @@ def time_grep(path: Path, patterns: Path) -> tuple[float, float, int]:
 def main() -> None:
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
-    from minutiae.parsers.kernel_log import _re2, prefilter_patterns
+    from minutiae.node.sources.kernel_log.parse import _re2, prefilter_patterns
 
     with tempfile.TemporaryDirectory() as d:
         log = Path(d) / "kern.log"

@@ -1,4 +1,4 @@
-"""Calibrates the detector's thresholds (src/minutiae/analyses/regress.toml) for a target
+"""Calibrates the detector's thresholds (src/minutiae/analyses/regress/regress.toml) for a target
 false-alarm rate on pure-noise series (Gaussian + 3 % one-sided outlier runs of +5..30 %).
 
     .venv/bin/python bench/regress/calibrate.py [REPS]            # change-point penalty
@@ -16,9 +16,9 @@ import sys
 
 import numpy as np
 
-from minutiae.analyses.regress import confirmed_cuts, load_params
-from minutiae.analyses.regress_online import online_alarms
-from minutiae.analyses.regress_synth import synth_series
+from minutiae.analyses.regress.detect import confirmed_cuts, load_params
+from minutiae.analyses.regress.online import online_alarms
+from minutiae.testing.synth.regress import synth_series
 
 LENGTHS = (20, 50, 100, 200, 400)
 

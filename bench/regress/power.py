@@ -26,9 +26,9 @@ import sys
 
 import numpy as np
 
-from minutiae.analyses.regress import detect_series, load_params
-from minutiae.analyses.regress_online import online_alarms
-from minutiae.analyses.regress_synth import synth_series
+from minutiae.analyses.regress.detect import detect_series, load_params
+from minutiae.analyses.regress.online import online_alarms
+from minutiae.testing.synth.regress import synth_series
 
 NOISES = (0.005, 0.01, 0.02, 0.03)
 SHIFTS = (0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.08, 0.10, 0.12)

@@ -28,12 +28,12 @@ from collections.abc import Callable
 import numpy as np
 from scipy import stats
 
-from minutiae.analyses.attribution_rollouts import attribute_rollouts
-from minutiae.analyses.regress import confirmed_cuts, detect_series, load_params
-from minutiae.analyses.regress_baselines import edivisive, mozilla_ttest
-from minutiae.analyses.regress_online import online_alarms
-from minutiae.analyses.regress_synth import FleetConfig, RolloutSpec, synth_fleet, synth_series
+from minutiae.analyses.regress.baselines import edivisive, mozilla_ttest
+from minutiae.analyses.regress.detect import confirmed_cuts, detect_series, load_params
+from minutiae.analyses.regress.online import online_alarms
+from minutiae.analyses.whatchanged.rollouts import attribute_rollouts
 from minutiae.history.rollouts import group_rollouts
+from minutiae.testing.synth.regress import FleetConfig, RolloutSpec, synth_fleet, synth_series
 
 P = load_params()
 MATCH = 5          # an alert within ±5 runs of a true change (same direction) finds it
@@ -174,9 +174,9 @@ def attribution(seed: int, fleets: int) -> dict[str, dict[str, float]]:
 
 def scale() -> int:
     """Time of each step on a large history (1,024 nodes, 400 signatures, ~100k runs)."""
-    from minutiae.analyses.attribution import whatchanged
-    from minutiae.analyses.regress import find_change_points
-    from minutiae.analyses.regress_nodes import node_penalties
+    from minutiae.analyses.regress.detect import find_change_points
+    from minutiae.analyses.regress.nodes import node_penalties
+    from minutiae.analyses.whatchanged.attribution import whatchanged
     from minutiae.history.clean import clean_runs
     from minutiae.history.export import format_runs_csv
     from minutiae.history.parse import parse_runs_csv
@@ -213,8 +213,8 @@ def nodes(repeats: int) -> int:
     """Variance reduction: change points on node-adjusted series vs the measured ones, on fleets
     (128 nodes, 8 weeks, 1 % noise, about one code regression per signature) with 0, 4 or 8 slow
     nodes (+5 % from a random day on) and, last row, the default rollouts on top."""
-    from minutiae.analyses.regress import find_change_points, group_series
-    from minutiae.analyses.regress_nodes import node_penalties
+    from minutiae.analyses.regress.detect import find_change_points, group_series
+    from minutiae.analyses.regress.nodes import node_penalties
 
     def score(f: object, offsets: dict[str, float] | None) -> tuple[int, int, int]:
         cps = find_change_points(f.records, offsets=offsets)  # type: ignore[attr-defined]

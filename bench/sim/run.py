@@ -149,7 +149,7 @@ def main() -> None:
     ap.add_argument("--mem-limit", type=float, default=6.0, help="GiB per alone-detector eval")
     ap.add_argument("--no-alone", action="store_true", help="skip the per-detector eval runs")
     a = ap.parse_args()
-    from minutiae.sim.detectors import DETECTORS
+    from minutiae.sim.eval.detectors.analyses import DETECTORS
 
     work = Path(tempfile.mkdtemp(prefix="minutiae-bench-sim-"))
     sims: list[Measure] = []

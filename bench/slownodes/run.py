@@ -19,8 +19,8 @@ import time
 
 CHILD = """
 import json, sys
-from minutiae.analyses.slownodes import analyse_telemetry
-from minutiae.sources.telemetry_files import read_dataset
+from minutiae.analyses.slownodes.analysis import analyse_telemetry
+from minutiae.analyses.slownodes.read import read_dataset
 from pathlib import Path
 tel, fleet, jobs = read_dataset(Path(sys.argv[1]))
 chunk = None if sys.argv[2] == "whole" else int(sys.argv[2])

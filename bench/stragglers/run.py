@@ -5,7 +5,7 @@ localisation, throughput, streaming cost and StepTimer overhead.
     .venv/bin/python bench/stragglers/run.py [--ranks 100000] [--steps 1000] [--repeats 3]
     .venv/bin/python bench/stragglers/run.py --quick      # 10,000 ranks, 1 repeat
 
-Synthetic jobs (``minutiae.analyses.stragglers_synth``): 2 % per-rank noise (1.8 % jitter +
+Synthetic jobs (``minutiae.testing.synth.stragglers``): 2 % per-rank noise (1.8 % jitter +
 0.8 % sequence-length variance per replica), GC pauses, loader hiccups, diurnal drift,
 checkpoint steps, 8 pipeline stages of different mean time, 1 s steps, 8 GPUs per node.
 Figures are medians over repeats (times) or pooled over repeats (recall).
@@ -27,10 +27,10 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
-from minutiae.analyses.stragglers import Options, StragglerAnalysis  # noqa: E402
-from minutiae.analyses.stragglers_baseline import NvrxBaseline  # noqa: E402
-from minutiae.analyses.stragglers_stream import StragglerStream  # noqa: E402
-from minutiae.analyses.stragglers_synth import (  # noqa: E402
+from minutiae.analyses.stragglers.analysis import Options, StragglerAnalysis  # noqa: E402
+from minutiae.analyses.stragglers.baseline import NvrxBaseline  # noqa: E402
+from minutiae.analyses.stragglers.stream import StragglerStream  # noqa: E402
+from minutiae.testing.synth.stragglers import (  # noqa: E402
     Fault,
     FaultKind,
     SynthJob,
@@ -179,7 +179,7 @@ def bench_streaming(ranks: int, steps: int = 40) -> None:
         per.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     # the whole --follow path: one step's CSV rows -> parse -> rows to matrix -> update
-    from minutiae.parsers.timings import parse_csv
+    from minutiae.analyses.stragglers.parse import parse_csv
 
     stream = StragglerStream(Options(), "bench")
     node = np.array(job.node_names)[job.node_index]

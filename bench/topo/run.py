@@ -28,10 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from minutiae.analyses.topology import report
-from minutiae.analyses.topology_learn import fingerprint_files, learn
-from minutiae.parsers.topology import parse_topology
-from minutiae.sources.topology_sysfs import iter_capture_files, read_capture_bytes
+from minutiae.analyses.topology.learn import fingerprint_files, learn
+from minutiae.analyses.topology.parse import parse_topology
+from minutiae.analyses.topology.placement import report
+from minutiae.analyses.topology.read_sysfs import iter_capture_files, read_capture_bytes
 from minutiae.testing.topology import dgx_like_topology, with_facts
 
 FAULTS = [dict(gpus=7), dict(slow_nic=2), dict(driver="550.54.15"), dict(firmware="28.39.1002"),

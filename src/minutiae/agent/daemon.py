@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minutiae.actions.base import validate_node
 from minutiae.agent.metrics import AgentMetrics
 from minutiae.agent.push import Pusher
 from minutiae.agent.runner import Agent, AgentConfig, ReportLike
 from minutiae.clock import SystemClock
 from minutiae.errors import ConfigError
+from minutiae.schedulers.base import validate_node
 
 
 @dataclass
@@ -42,7 +42,7 @@ class AgentOptions:
 def run_agent(o: AgentOptions) -> None:
     from prometheus_client import start_http_server
 
-    from minutiae.checks.node import CHECKS, CheckConfig, run_check
+    from minutiae.node.check import CHECKS, CheckConfig, run_check
 
     node = validate_node(o.node or socket.gethostname().split(".")[0])
     bad = [c for c in o.checks if c not in CHECKS]

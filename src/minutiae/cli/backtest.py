@@ -7,9 +7,9 @@ import os
 
 import click
 
-from minutiae.controller.backtest import replay
-from minutiae.controller.backtest_history import load_history
-from minutiae.controller.backtest_report import diff, render, render_diff, to_json
+from minutiae.backtest.history import load_history
+from minutiae.backtest.replay import replay
+from minutiae.backtest.report import diff, render, render_diff, to_json
 from minutiae.controller.policy import load_policy
 
 

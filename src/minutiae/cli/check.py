@@ -13,8 +13,8 @@ import click
 from minutiae.model import Status
 
 if TYPE_CHECKING:
-    from minutiae.checks.node import NodeReport
-    from minutiae.checks.node_slurm import SlurmStep
+    from minutiae.agent.healthcheck import SlurmStep
+    from minutiae.node.check import NodeReport
 
 _STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown": "magenta"}
 
@@ -59,8 +59,8 @@ def command(
 
     Exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
     """
-    from minutiae.checks.node import CheckConfig, parse_checks, run_check
     from minutiae.clock import SystemClock
+    from minutiae.node.check import CheckConfig, parse_checks, run_check
 
     captured = any(x is not None for x in (sysfs_root, nvidia_smi_xml, dcgm, ibstat, nvlink_status))
     kmsg_path = kmsg if kmsg is not None else (None if captured else Path("/dev/kmsg"))
@@ -73,8 +73,8 @@ def command(
     )
     step = None
     if slurm:
-        from minutiae.actions.slurm import SlurmBackend
-        from minutiae.checks.node_slurm import check_with_slurm
+        from minutiae.agent.healthcheck import check_with_slurm
+        from minutiae.schedulers.slurm.backend import SlurmBackend
 
         report, step = check_with_slurm(cfg, SystemClock(), SlurmBackend(slurm_conf, timeout_s=slurm_timeout))
     else:

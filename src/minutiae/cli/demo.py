@@ -9,9 +9,9 @@ import click
 
 from minutiae.sim.api import DEMO_RATE_SCALE, run_sim
 from minutiae.sim.demo import write_report
-from minutiae.sim.evaluate import evaluate
-from minutiae.sim.progress import progress_bar
-from minutiae.sim.report_text import console, scorecard
+from minutiae.sim.eval.evaluate import evaluate
+from minutiae.sim.eval.progress import progress_bar
+from minutiae.sim.eval.report_text import console, scorecard
 
 
 @click.command("demo")

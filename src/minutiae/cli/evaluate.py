@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from minutiae.sim.detectors import DETECTORS
-from minutiae.sim.evaluate import evaluate
-from minutiae.sim.report_text import console, scorecard
+from minutiae.sim.eval.detectors.analyses import DETECTORS
+from minutiae.sim.eval.evaluate import evaluate
+from minutiae.sim.eval.report_text import console, scorecard
 
 
 @click.command("eval")

@@ -1,5 +1,5 @@
 """``minutiae status|nodes|explain|pause|unpause``: talk to the controller API. No logic here:
-the client (``minutiae.controller.client``) fetches, the formatters print."""
+the client (``minutiae.controller.http.client``) fetches, the formatters print."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _out(data: Any, as_json: bool, text: str) -> None:
 @_json
 def status(controller: str, as_json: bool) -> None:
     """Fleet summary: health, unavailable nodes, pause/breaker, recent problems."""
-    from minutiae.controller.client import Client, format_status
+    from minutiae.controller.http.client import Client, format_status
 
     data = Client(controller).get("/v1/status")
     _out(data, as_json, format_status(data))
@@ -36,7 +36,7 @@ def status(controller: str, as_json: bool) -> None:
 @_json
 def nodes(controller: str, as_json: bool) -> None:
     """Every reporting node: health, scheduler state, reason, remediation step."""
-    from minutiae.controller.client import Client, format_nodes
+    from minutiae.controller.http.client import Client, format_nodes
 
     data = Client(controller).get("/v1/nodes")
     _out(data, as_json, format_nodes(data))
@@ -48,8 +48,8 @@ def nodes(controller: str, as_json: bool) -> None:
 @_json
 def explain(node: str, controller: str, as_json: bool) -> None:
     """Why NODE is drained: evidence, rule, budget decision and the command that undoes it."""
-    from minutiae.actions.base import validate_node
-    from minutiae.controller.client import Client, format_explain
+    from minutiae.controller.http.client import Client, format_explain
+    from minutiae.schedulers.base import validate_node
 
     data = Client(controller).get(f"/v1/nodes/{validate_node(node)}/explain")
     _out(data, as_json, format_explain(data))
@@ -62,7 +62,7 @@ def explain(node: str, controller: str, as_json: bool) -> None:
 def pause(reason: str, controller: str, token_file: str | None) -> None:
     """Stop the controller from acting (reports are still received and decisions recorded)."""
     from minutiae.cli.tokens import read_token
-    from minutiae.controller.client import Client
+    from minutiae.controller.http.client import Client
 
     data = Client(controller, read_token(token_file)).post("/v1/pause", {"reason": reason})
     click.echo(f"paused: {data['reason']}")
@@ -74,7 +74,7 @@ def pause(reason: str, controller: str, token_file: str | None) -> None:
 def unpause(controller: str, token_file: str | None) -> None:
     """Let the controller act again; also re-arms a tripped storm breaker."""
     from minutiae.cli.tokens import read_token
-    from minutiae.controller.client import Client
+    from minutiae.controller.http.client import Client
 
     Client(controller, read_token(token_file)).post("/v1/unpause", None)
     click.echo("unpaused: the controller acts again (storm breaker re-armed)")
@@ -92,7 +92,7 @@ def jobs(set_: str | None, forget: str | None, controller: str, token_file: str 
          as_json: bool) -> None:
     """Per-job tolerances: list them, or set/forget one (with the token)."""
     from minutiae.cli.tokens import read_token
-    from minutiae.controller.client import Client, format_jobs
+    from minutiae.controller.http.client import Client, format_jobs
     from minutiae.controller.wire import validate_job
     from minutiae.errors import ConfigError
 

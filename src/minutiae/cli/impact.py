@@ -23,8 +23,8 @@ from minutiae.cli.regress_common import (
 def command(speedup: str, where_text: str, runs: Path | None, db: Path | None, since: str | None,
             as_json: bool, prom: str | None) -> None:
     """GPU-days per week a measured speed-up saves across the fleet's actual usage."""
-    from minutiae.analyses.regress_impact import impact
-    from minutiae.analyses.regress_where import parse_fraction, parse_where
+    from minutiae.analyses.regress.impact import impact
+    from minutiae.analyses.regress.where import parse_fraction, parse_where
 
     s = parse_fraction(speedup)
     history = load(runs, db, since, prom=prom)

@@ -1,7 +1,7 @@
 """``minutiae logscan [FILE ...|-] [--json]``: kernel-log faults as a table or JSON lines.
 
-Wiring only: source (:mod:`minutiae.sources.logstream`) → parser + rules
-(:func:`minutiae.checks.logrules.scan_chunks`) → output. Exit code: Nagios by the worst finding
+Wiring only: source (:mod:`minutiae.node.sources.kernel_log.read_stream`) → parser + rules
+(:func:`minutiae.rules.log_findings.scan_chunks`) → output. Exit code: Nagios by the worst finding
 (0 none/info, 1 warning, 2 error/critical); a file that cannot be read → message naming it, 3.
 """
 
@@ -19,7 +19,7 @@ import click
 from minutiae.model.findings import Finding
 
 if TYPE_CHECKING:
-    from minutiae.checks.logrules import FindingGroup
+    from minutiae.rules.log_findings import FindingGroup
 
 _SEV_STYLE = {"info": "dim", "warning": "yellow", "error": "red", "critical": "bold red"}
 
@@ -104,10 +104,10 @@ def command(files: tuple[str, ...], as_json: bool, summary: bool, year: int | No
     """Find hardware/driver faults in kernel logs (dmesg, dmesg -T, ISO, journalctl, syslog,
     /dev/kmsg). FILE may be '-' for standard input; without FILE, standard input when piped,
     else this node's /dev/kmsg."""
-    from minutiae.checks.catalog import kernel_log_rules, load_log_rules
-    from minutiae.checks.logrules import nagios_status, scan_chunks, summarize
     from minutiae.clock import SystemClock
-    from minutiae.sources.logstream import DEV_KMSG, STDIN, iter_kernel_log
+    from minutiae.node.sources.kernel_log.read_stream import DEV_KMSG, STDIN, iter_kernel_log
+    from minutiae.rules.log_findings import nagios_status, scan_chunks, summarize
+    from minutiae.rules.logs import kernel_log_rules, load_log_rules
 
     if year is None:
         year = datetime.fromtimestamp(SystemClock().now(), UTC).year

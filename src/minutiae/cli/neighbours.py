@@ -24,15 +24,15 @@ from minutiae.errors import ConfigError
 def command(job_cpus: str | None, pids: tuple[int, ...], proc_root: str, cgroup_root: str,
             interval: float, min_share: float, as_json: bool) -> int:
     """Noisy neighbours on a job's CPUs and the taskset/systemd lines that move them."""
-    from minutiae.analyses.topology_neighbours import (
+    from minutiae.analyses.topology.neighbours import (
         find_neighbours,
         job_cpus_of,
         job_members,
         pinning,
     )
+    from minutiae.analyses.topology.read_procs import online_cpus, read_processes, sample_processes
     from minutiae.clock import SystemClock
     from minutiae.model.topology import format_cpulist, parse_cpulist
-    from minutiae.sources.procs import online_cpus, read_processes, sample_processes
 
     if not job_cpus and not pids:
         raise ConfigError("give the job as --job-cpus LIST or --pid PID")

@@ -23,11 +23,11 @@ from minutiae.cli.regress_common import emit_json, history_options, load, make_c
 def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool, job: str | None,
             rollouts_path: Path | None, prom: str | None, top: int, no_node_adjust: bool) -> None:
     """Find lasting changes in each signature's step time, and which rollout caused fleet changes."""
-    from minutiae.analyses.attribution_rollouts import attribute_rollouts
-    from minutiae.analyses.regress import Stage, find_change_points, series_noise
-    from minutiae.analyses.regress_nodes import NodeAdjustment, node_penalties
+    from minutiae.analyses.regress.detect import Stage, find_change_points, series_noise
+    from minutiae.analyses.regress.nodes import NodeAdjustment, node_penalties
+    from minutiae.analyses.whatchanged.rollouts import attribute_rollouts
+    from minutiae.history.read import read_rollouts
     from minutiae.history.rollouts import group_rollouts
-    from minutiae.sources.runs_file import read_rollouts
 
     history = load(runs, db, since, job, prom)
     if rollouts_path is None and runs is not None and (runs.parent / "rollouts.csv").is_file():

@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from minutiae.analyses.regress_where import parse_duration
+from minutiae.analyses.regress.where import parse_duration
 from minutiae.clock import Clock, SystemClock
-from minutiae.sources.runs_file import History, load_history
+from minutiae.history.read import History, load_history
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from minutiae.sim.api import DEFAULT_START, parse_rates, run_sim
-from minutiae.sim.progress import progress_bar
+from minutiae.sim.eval.progress import progress_bar
 
 
 @click.command("sim")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from minutiae.analyses.slownodes import SlowReport
+    from minutiae.analyses.slownodes.analysis import SlowReport
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 
@@ -69,7 +69,7 @@ def command(directory: Path | None, prom_url: str | None, since: str, step: str,
     persistently worse, with the evidence."""
     import polars as pl
 
-    from minutiae.analyses.slownodes import SlowOptions, analyse_telemetry
+    from minutiae.analyses.slownodes.analysis import SlowOptions, analyse_telemetry
     from minutiae.errors import ConfigError
 
     if (directory is None) == (prom_url is None):
@@ -77,14 +77,14 @@ def command(directory: Path | None, prom_url: str | None, since: str, step: str,
     opts = SlowOptions(min_deficit=min_deficit, min_duration=_seconds(min_duration))
     fleet_df = jobs_df = None
     if directory is not None:
-        from minutiae.sources.telemetry_files import read_dataset
+        from minutiae.analyses.slownodes.read import read_dataset
 
         tel, fleet_df, jobs_df = read_dataset(directory)
         where = str(directory)
     else:
+        from minutiae.analyses.slownodes.parse_prometheus import DCGM_COLUMNS, dcgm_telemetry
+        from minutiae.analyses.slownodes.read_prometheus import Prometheus, fetch_dcgm
         from minutiae.clock import SystemClock
-        from minutiae.parsers.prometheus import DCGM_COLUMNS, dcgm_telemetry
-        from minutiae.sources.prometheus import Prometheus, fetch_dcgm
 
         assert prom_url is not None
         end = SystemClock().now()

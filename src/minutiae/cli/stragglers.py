@@ -15,15 +15,15 @@ import polars as pl
 from minutiae.clock import SystemClock
 
 if TYPE_CHECKING:
-    from minutiae.analyses.stragglers import Options
-    from minutiae.analyses.stragglers_prep import TimingMatrix
-    from minutiae.analyses.stragglers_types import StragglerReport
+    from minutiae.analyses.stragglers.analysis import Options
+    from minutiae.analyses.stragglers.prep import TimingMatrix
+    from minutiae.analyses.stragglers.types import StragglerReport
 
 
 def _load(paths: list[Path], fleet: Path | None) -> tuple[TimingMatrix, str]:
-    from minutiae.analyses.stragglers_prep import prepare
-    from minutiae.parsers.timings import parse_timings
-    from minutiae.sources.timing_files import find_fleet, fleet_leaves, read_bytes
+    from minutiae.analyses.stragglers.parse import parse_timings
+    from minutiae.analyses.stragglers.prep import prepare
+    from minutiae.analyses.stragglers.read import find_fleet, fleet_leaves, read_bytes
 
     frames = [parse_timings(read_bytes(p), str(p)) for p in paths]
     where = ", ".join(str(p) for p in paths)
@@ -73,7 +73,7 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
             false_alarms: float, ranks_per_node: int | None, idle_exit: float, poll: float) -> int:
     """Find the slow GPU, node or link of a synchronous job from per-rank step timings
     (CSV/Parquet step,rank,seconds[,node,gpu,stage,section] or a Megatron-LM log)."""
-    from minutiae.analyses.stragglers import Options, analyse
+    from minutiae.analyses.stragglers.analysis import Options, analyse
     from minutiae.errors import ConfigError
 
     if warmup < 3 or false_alarms <= 0:
@@ -92,10 +92,10 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
 
 def _follow(paths: list[Path], fleet: Path | None, options: Options, as_json: bool,
             idle_exit: float, poll: float) -> int:
-    from minutiae.analyses.stragglers_stream import StragglerStream
+    from minutiae.analyses.stragglers.parse import parse_csv
+    from minutiae.analyses.stragglers.read import CsvTail, find_fleet, fleet_leaves
+    from minutiae.analyses.stragglers.stream import StragglerStream
     from minutiae.errors import ConfigError
-    from minutiae.parsers.timings import parse_csv
-    from minutiae.sources.timing_files import CsvTail, find_fleet, fleet_leaves
 
     if len(paths) != 1:
         raise ConfigError("--follow takes one growing CSV file")

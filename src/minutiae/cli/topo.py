@@ -29,7 +29,7 @@ def _reserve(text: str | None) -> tuple[int, ...] | None:
 
 
 def _load(from_file: str | None, sysfs_root: str | None) -> Any:
-    from minutiae.sources import topology_sysfs as src
+    from minutiae.analyses.topology import read_sysfs as src
 
     if from_file is not None and sysfs_root is not None:
         raise ConfigError("use either --from FILE or --sysfs-root DIR, not both")
@@ -39,8 +39,8 @@ def _load(from_file: str | None, sysfs_root: str | None) -> Any:
     if sysfs_root is None:  # live node: nvidia-smi knows the NVLinks
         text = src.run_nvidia_smi_topo()
         if text:
-            from minutiae.parsers.topo_matrix import parse_topo_matrix
-            from minutiae.parsers.topology import merge_matrix
+            from minutiae.analyses.topology.parse import merge_matrix
+            from minutiae.analyses.topology.parse_matrix import parse_topo_matrix
 
             topo = merge_matrix(topo, parse_topo_matrix(text, "nvidia-smi topo -m"))
     return topo
@@ -50,7 +50,7 @@ def _print_table(topo: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from minutiae.analyses.topology import place_gpus
+    from minutiae.analyses.topology.placement import place_gpus
     from minutiae.model.topology import format_cpulist
 
     con = Console()
@@ -87,9 +87,9 @@ def _learn(directory: str, as_json: bool, write_profile: str | None, min_support
            workers: int) -> int:
     import os
 
-    from minutiae.analyses.topology_learn import fingerprint_files, learn
-    from minutiae.analyses.topology_profile import profile_to_toml
-    from minutiae.sources import topology_sysfs as src
+    from minutiae.analyses.topology import read_sysfs as src
+    from minutiae.analyses.topology.learn import fingerprint_files, learn
+    from minutiae.analyses.topology.profile import profile_to_toml
 
     root = Path(directory)
     items = [(str(p.relative_to(root).with_suffix("")), p) for p in src.iter_capture_files(root)]
@@ -175,9 +175,9 @@ def command(from_file: str | None, sysfs_root: str | None, as_json: bool, plan: 
         raise ConfigError("--write-profile needs --learn DIR")
     topo = _load(from_file, sysfs_root)
     if check or expect:
-        from minutiae.analyses.topology_check import check_topology
-        from minutiae.analyses.topology_profile import profile_from_toml
-        from minutiae.sources.topology_sysfs import read_text
+        from minutiae.analyses.topology.check import check_topology
+        from minutiae.analyses.topology.profile import profile_from_toml
+        from minutiae.analyses.topology.read_sysfs import read_text
 
         profile = None
         if expect:
@@ -192,8 +192,8 @@ def command(from_file: str | None, sysfs_root: str | None, as_json: bool, plan: 
                 click.echo(f"  [{f.severity.label}] {f.kind}: {f.message}")
         return int(result.status)
     if plan:
-        from minutiae.analyses.topology_plan import make_plan
-        from minutiae.analyses.topology_render import PlanFormat, render
+        from minutiae.analyses.topology.plan import make_plan
+        from minutiae.analyses.topology.render import PlanFormat, render
 
         bp = make_plan(topo, ranks, _reserve(reserve_cores))
         if as_json:
@@ -206,7 +206,7 @@ def command(from_file: str | None, sysfs_root: str | None, as_json: bool, plan: 
             sys.stdout.write(render(bp, PlanFormat(fmt)))
         return 0
     if as_json:
-        from minutiae.analyses.topology import report
+        from minutiae.analyses.topology.placement import report
 
         click.echo(json.dumps(report(topo), indent=2))
         return 0

@@ -26,7 +26,7 @@ from minutiae.cli.regress_common import (
 def command(run_a: str, run_b: str, runs: Path | None, db: Path | None, since: str | None,
             as_json: bool, top: int, prom: str | None) -> None:
     """Everything that differs between RUN_A and RUN_B, ranked by how well it explains the change."""
-    from minutiae.analyses.attribution import whatchanged
+    from minutiae.analyses.whatchanged.attribution import whatchanged
 
     history = load(runs, db, since, prom=prom)
     w = whatchanged(history.runs, run_a, run_b)

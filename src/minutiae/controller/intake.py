@@ -10,7 +10,7 @@ Two ways in:
   sent by an agent whose verdict did not change since the report the controller acknowledged
   (node-problem-detector style: report on change, heartbeat otherwise). It only refreshes the
   node's report time. A digest that is not the node's current one (controller restarted from
-  an older store, another report came between) is a :class:`~minutiae.controller.fastpath.
+  an older store, another report came between) is a :class:`~minutiae.controller.http.fastpath.
   Conflict` (HTTP 409): the agent then sends the full report. Old agents never send
   heartbeats; their full reports are accepted as before.
 """
@@ -24,13 +24,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from minutiae.actions.base import validate_node
-from minutiae.controller.backtest_record import ReportRecorder
-from minutiae.controller.fastpath import Conflict
+from minutiae.controller.http.fastpath import Conflict
+from minutiae.controller.record import ReportRecorder
 from minutiae.controller.state import Report
 from minutiae.controller.wire import MAX_AGE_S, report_from_json
 from minutiae.errors import DataError, MinutiaeError
 from minutiae.model import Status
+from minutiae.schedulers.base import validate_node
 
 _NOT_CONTENT = frozenset({"time", "agent", "digest"})
 _DIGEST_CHARS = frozenset("0123456789abcdef")

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from minutiae.actions.budget import BudgetConfig, RateLimit, StormConfig
+from minutiae.controller.budget import BudgetConfig, RateLimit, StormConfig
 from minutiae.errors import ConfigError
 from minutiae.model import Action, Finding, Severity
 

@@ -21,8 +21,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from minutiae.actions.base import NodeSchedState, make_reason
-from minutiae.actions.budget import (
+from minutiae.controller.budget import (
     BudgetLedger,
     BudgetVerdict,
     NodeFacts,
@@ -46,6 +45,7 @@ from minutiae.controller.state import (
     undo_command,
 )
 from minutiae.model import Action, Finding, Status
+from minutiae.schedulers.base import NodeSchedState, make_reason
 
 _DAY = 86400.0
 
@@ -282,7 +282,7 @@ def _store(mem: dict[str, NodeMemory], name: str, m: NodeMemory, now: float,
 def simulate(fleet: FleetState, plan: Plan) -> FleetState:
     """The fleet after ``plan`` took effect on an obedient scheduler (for backtests and
     dry-run previews): drains make nodes DRAINED and ours, resumes make them AVAILABLE."""
-    from minutiae.actions.base import NodeState
+    from minutiae.schedulers.base import NodeState
 
     if not any(d.action in (Verb.DRAIN, Verb.RESUME) for d in plan.decisions):
         return replace(fleet, memory=plan.memory)

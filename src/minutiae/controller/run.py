@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minutiae.clock import SystemClock
-from minutiae.controller.backends import make_backend
 from minutiae.controller.policy import load_policy
 from minutiae.controller.service import Controller
 from minutiae.controller.store import Store
 from minutiae.errors import ConfigError
+from minutiae.schedulers.registry import make_backend
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -24,7 +24,7 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
           token: str) -> None:
     import uvicorn
 
-    from minutiae.controller.api import make_app
+    from minutiae.controller.http.api import make_app
 
     host, port = parse_listen(listen)
     if len(token) < 16:
@@ -39,12 +39,12 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     import os
     from pathlib import Path
 
-    from minutiae.controller.notify_slack import notifiers_from_env
+    from minutiae.controller.notify.slack import notifiers_from_env
 
     # MINUTIAE_SLACK_WEBHOOK / MINUTIAE_WEBHOOK_URL (+ _SECRET): decisions to Slack / a webhook
     notifiers = notifiers_from_env(os.environ, clock, scheduler=be.name, dry_run=policy.dry_run,
                                    outbox_dir=Path(db).resolve().parent)
-    from minutiae.controller.backtest_record import ReportRecorder
+    from minutiae.controller.record import ReportRecorder
 
     # MINUTIAE_RECORD=DIR: keep DIR/reports.jsonl for `minutiae backtest DIR`
     record = os.environ.get("MINUTIAE_RECORD")

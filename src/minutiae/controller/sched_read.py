@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from minutiae.actions.base import NodeState, SchedulerBackend
 from minutiae.errors import BackendUnavailable, MinutiaeError
+from minutiae.schedulers.base import NodeState, SchedulerBackend
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,13 +15,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from minutiae.actions.base import NodeSchedState, NodeState, SchedulerBackend
 from minutiae.clock import Clock
-from minutiae.controller.backtest_record import ReportRecorder
 from minutiae.controller.intake import Intake
-from minutiae.controller.notify_base import Notifier
+from minutiae.controller.notify.base import Notifier
 from minutiae.controller.policy import Policy
 from minutiae.controller.reconcile import assess, reconcile, with_pause
+from minutiae.controller.record import ReportRecorder
 from minutiae.controller.sched_read import read_states
 from minutiae.controller.state import (
     ControllerMemory,
@@ -37,6 +36,7 @@ from minutiae.controller.state import (
 from minutiae.controller.store import DONE, DRY_RUN, FAILED, AuditRow, Store
 from minutiae.controller.views import explain_view, status_view
 from minutiae.errors import BackendError, BackendUnavailable, MinutiaeError
+from minutiae.schedulers.base import NodeSchedState, NodeState, SchedulerBackend
 
 REMEDIATION_KEY = "remediation"
 _BUSY = (NodeSchedState.DRAINED, NodeSchedState.DRAINING)

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from minutiae.actions.base import NodeSchedState, NodeState
-from minutiae.actions.budget import Bucket, BudgetVerdict
+from minutiae.controller.budget import Bucket, BudgetVerdict
 from minutiae.model import Action, Finding, Status
+from minutiae.schedulers.base import NodeSchedState, NodeState
 
 
 class Verb(Enum):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minutiae.actions.budget import Bucket
+from minutiae.controller.budget import Bucket
 from minutiae.controller.state import ControllerMemory, Decision, NodeMemory, Pause
 from minutiae.errors import StoreError
 

@@ -19,10 +19,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from minutiae.actions.base import validate_node
 from minutiae.controller.state import Report
 from minutiae.errors import DataError, ValidationError
 from minutiae.model import Action, Finding, Severity, Status
+from minutiae.schedulers.base import validate_node
 
 MAX_FINDINGS = 500
 MAX_TEXT = 2000

@@ -1,6 +1,6 @@
 """Pure row normaliser: CSV text (or column dicts from Parquet) → ``RunRecord``s plus issues.
 
-Nothing here opens a file: ``minutiae.sources.runs_file`` reads and hands us text or rows.
+Nothing here opens a file: ``minutiae.history.read`` reads and hands us text or rows.
 Required columns: ``run_id``, ``time``, ``signature`` and one throughput column
 (``seconds_per_step``, ``tokens_per_s`` or ``samples_per_s``). Every other column is an attribute
 (``driver``, ``kernel``, ``nccl``, ``firmware`` …), except the usage columns ``gpus``,

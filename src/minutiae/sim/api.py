@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from minutiae.errors import ConfigError
-from minutiae.sim.plan import make_plan
-from minutiae.sim.profile import load_profile
-from minutiae.sim.writer import Progress, write_dataset
+from minutiae.sim.emit.writer import Progress, write_dataset
+from minutiae.sim.world.plan import make_plan
+from minutiae.sim.world.profile import load_profile
 
 DEFAULT_START = "2025-01-06T00:00:00Z"
 #: the demo accelerates the literature rates so that a 3-day, 128-node fleet shows faults

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from minutiae.errors import InputError
-from minutiae.sim.evaluate import Evaluation
-from minutiae.sim.report import render_html
+from minutiae.sim.eval.evaluate import Evaluation
+from minutiae.sim.eval.report import render_html
 
 
 def write_report(ev: Evaluation, report_dir: Path) -> Path:

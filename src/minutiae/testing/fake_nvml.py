@@ -1,4 +1,4 @@
-"""A recording fake of the ``pynvml`` calls in ``minutiae.sources.nvml.NvmlApi``.
+"""A recording fake of the ``pynvml`` calls in ``minutiae.node.sources.nvml.NvmlApi``.
 
 Values come from a real capture: ``FakeNvml.from_snapshot(parse_nvidia_smi_xml(...))`` turns
 the observations of an ``nvidia-smi -q -x`` (or ``-q``) capture back into what NVML would return
@@ -20,7 +20,7 @@ from typing import Any
 
 import pynvml
 
-from minutiae.parsers.snapshot import Snapshot
+from minutiae.model.snapshot import Snapshot
 
 NOT_SUPPORTED = 3
 GPU_IS_LOST = 15

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from minutiae.actions.slurm import Completed
+from minutiae.schedulers.slurm.backend import Completed
 
 
 @dataclass

@@ -1,1 +1,0 @@
-"""Scheduler backends (Slurm, Kubernetes, recording fake) behind one Protocol, and the budget."""

@@ -1,0 +1,274 @@
+"""Straggler detection in a synchronous job: compare every rank with the peers doing the same
+work, run a sequential test per rank, locate and cost what it finds.
+
+Pipeline: ``stragglers_prep.prepare`` (long table -> dense matrices, every repair reported) ->
+``StragglerAnalysis`` (calibrate on the first ``warmup`` steps: peer groups, robust noise,
+thresholds from the false-alarm target; then ``update`` block by block or step by step) ->
+``report`` (``stragglers_locate``: rank -> GPU -> node -> leaf; slowdown with a 95 % interval;
+cost in GPU-hours per day). ``analyse`` is the whole-file form; ``--follow`` feeds the same
+object one step at a time.
+
+Collective wait: with section timings, ``compute`` is the step minus its collective sections
+(the slow rank is the one that waits least, so its compute stands out), and each rank's own
+communication time is its collective time minus the wait for the slowest peer of its group
+(``max_group(compute) - compute``). With only step totals, ``seconds`` is taken as the rank's
+own work (as StepTimer records when sections are not used: say so in the job).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from minutiae.analyses.stragglers.calib import (
+    MIN_SPIKE_STEPS,
+    NOISE_FLOOR,
+    SPIKE_Z,
+    design,
+    infer_groups,
+    noise_sigma,
+    sigma_inflation,
+)
+from minutiae.analyses.stragglers.detect import SeriesDetector, fast_median
+from minutiae.analyses.stragglers.locate import RankMeta, locate
+from minutiae.analyses.stragglers.nodes import NodeLayout
+from minutiae.analyses.stragglers.peers import PeerReference, log_times
+from minutiae.analyses.stragglers.prep import TimingMatrix
+from minutiae.analyses.stragglers.types import Basis, Design, StoppedRank, StragglerReport
+from minutiae.errors import DataError
+
+MIN_RANKS = 3
+#: standard errors of a self-baseline's offset subtracted from each increment of its tests
+BIAS_Z = 3.0
+DEFAULT_RANKS_PER_NODE = 8
+MAX_WARNINGS = 50
+BLOCK_CELLS = 1 << 18
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """``warmup``: steps used to calibrate; ``false_alarms``: target per 1,000 node-days;
+    ``stopped_after``: steps without a row before a rank counts as stopped."""
+
+    warmup: int = 20
+    false_alarms: float = 0.1
+    ranks_per_node: int | None = None
+    stopped_after: int = 3
+    block: int = 64
+
+
+def _members(groups: np.ndarray) -> list[np.ndarray]:
+    return [np.flatnonzero(groups == g) for g in range(int(groups.max()) + 1)]
+
+
+def _group_sigma(r: np.ndarray, groups: np.ndarray, members: list[np.ndarray],
+                 ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """Per group: the noise of the warm-up log-ratios ``r`` and how many values it rests on (a
+    group with fewer than 30 values takes the pooled estimate); and (one-step spikes, values)
+    over the whole job for the spike model."""
+    pooled, n_all = noise_sigma(r)
+    if not np.isfinite(pooled):
+        pooled, n_all = NOISE_FLOOR, 0
+    sig = np.empty(len(members))
+    count = np.empty(len(members), dtype=np.int64)
+    for g, cols in enumerate(members):
+        v = r[:, cols]
+        s, n = noise_sigma(v) if np.isfinite(v).sum() >= 30 else (pooled, n_all)
+        if not np.isfinite(s):
+            s, n = pooled, n_all
+        sig[g], count[g] = max(s, NOISE_FLOOR), n
+    z = np.abs(r) / sig[groups]
+    finite = np.isfinite(z)
+    return sig, count, (int((z[finite] > SPIKE_Z).sum()), int(finite.sum()))
+
+
+def _inflate(sig: np.ndarray, count: np.ndarray, d: Design) -> np.ndarray:
+    """Each noise estimate times its ``sigma_inflation`` (thresholds hold on average over the
+    estimate's error)."""
+    return np.array([s * sigma_inflation(int(n), d.detectors) for s, n in zip(sig, count, strict=True)])
+
+
+def _group_max(x: np.ndarray, groups: np.ndarray, members: list[np.ndarray]) -> np.ndarray:
+    out = np.empty_like(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for cols in members:
+            out[:, cols] = np.nanmax(x[:, cols], axis=1)[:, None]
+    return out
+
+
+class StragglerAnalysis:
+    """Calibrated on ``warm`` (the first steps); then ``update`` with later steps in order."""
+
+    def __init__(self, warm: TimingMatrix, options: Options = Options(), where: str = "") -> None:
+        n_r = warm.ranks.size
+        if n_r < MIN_RANKS:
+            raise DataError(f"{n_r} rank(s): at least {MIN_RANKS} are needed to compare peers "
+                            "(a Megatron log needs --timing-log-option all for per-rank times)",
+                            where or None)
+        if warm.steps.size < 3:
+            raise DataError(f"only {warm.steps.size} step(s): at least 3 are needed", where or None)
+        self.options = options
+        self.where = where
+        self.warnings = list(warm.warnings)
+        self.basis = warm.basis
+        self.meta = RankMeta(warm.ranks, warm.node, warm.gpu, warm.leaf)
+        self.groups, self.grouping = self._groups(warm)
+        self.members = _members(self.groups)
+        self.peers = PeerReference(self.groups, self._units(warm))
+        warm_logx = log_times(warm.compute)
+        r_warm, node_warm = self.peers.fit(warm_logx)
+        sig, count, spikes = _group_sigma(r_warm, self.groups, self.members)
+        rpn = options.ranks_per_node or self._ranks_per_node(warm)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            step_s = float(np.nanmedian(warm.total))
+        if not np.isfinite(step_s) or step_s <= 0:
+            raise DataError("no positive step durations in the first steps", where or None)
+        self.has_comm = warm.comm is not None
+        self.layout = NodeLayout.of(warm.node)
+        bases = 1 + int(self.has_comm) + int(self.layout is not None)
+        # a log that keeps one step in N is tested once per N steps: the budget is per node-day,
+        # so each test may spend N times the per-step share (the tests are what can alarm)
+        gaps = np.diff(warm.steps)
+        every = max(int(np.median(gaps)), 1) if gaps.size else 1
+        self.design = design(options.false_alarms, step_s, rpn, bases, spikes, every)
+        m = self.design.detectors[0].steps_at_clip
+        if m > MIN_SPIKE_STEPS:
+            self.warnings.append(
+                f"one-step spikes (GC, loader) on {spikes[0]} of {spikes[1]} rank-steps of the "
+                f"warm-up: the fast test needs {m} steps at its clip to stay within "
+                f"{options.false_alarms} false alarms per 1,000 node-days (large slowdowns are "
+                f"found after {m} steps instead of {MIN_SPIKE_STEPS})")
+        sig = _inflate(sig, count, self.design)
+        self.noise = float(np.median(sig[self.groups]))
+        self.compute = SeriesDetector(self.groups, sig, self.design, self.peers,
+                                      BIAS_Z * self.peers.offset_error() / sig[self.groups])
+        self.nodes: SeriesDetector | None = None
+        if self.layout is not None:
+            assert node_warm is not None
+            node_r = self.layout.medians(node_warm)
+            node_s, node_n = noise_sigma(node_r)
+            node_sigma = max(node_s * sigma_inflation(node_n, self.design.detectors),
+                             NOISE_FLOOR / 2)
+            off_se = self.peers.offset_error(node=True)
+            node_se = np.array([off_se[idx].max() for idx in self.layout.members])
+            self.nodes = SeriesDetector(np.zeros(len(self.layout.names), dtype=np.int64),
+                                        np.array([node_sigma]), self.design,
+                                        allowance=BIAS_Z * node_se / node_sigma)
+        self.comm: SeriesDetector | None = None
+        if warm.comm is not None:
+            own = self._own_comm(warm)
+            own_logx = log_times(own)
+            self.comm_peers = PeerReference(self.groups, self._units(warm))
+            csig, ccount, _ = _group_sigma(self.comm_peers.fit(own_logx)[0], self.groups,
+                                           self.members)
+            csig = _inflate(csig, ccount, self.design)
+            self.comm = SeriesDetector(
+                self.groups, csig, self.design, self.comm_peers,
+                BIAS_Z * self.comm_peers.offset_error() / csig[self.groups])
+        self.steps_seen: list[np.ndarray] = []
+        self.total_medians: list[float] = []
+
+    def _groups(self, warm: TimingMatrix) -> tuple[np.ndarray, str]:
+        if warm.stage is not None:
+            groups, how = warm.stage, "by stage column"
+        else:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore", RuntimeWarning)
+                logx = np.log(warm.compute)
+                levels = np.nanmedian(logx - np.nanmedian(logx, axis=1, keepdims=True), axis=0)
+            groups, how = infer_groups(levels)
+        _, groups = np.unique(groups, return_inverse=True)
+        return groups.astype(np.int64), how
+
+    @staticmethod
+    def _units(warm: TimingMatrix) -> np.ndarray:
+        """Node index of every rank (a rank without a node is its own unit)."""
+        names = [n if n is not None else f"\0rank{i}" for i, n in enumerate(warm.node)]
+        return np.unique(np.array(names, dtype=object).astype(str), return_inverse=True)[1]
+
+    def _ranks_per_node(self, warm: TimingMatrix) -> int:
+        nodes = [n for n in warm.node if n is not None]
+        if not nodes:
+            self.warnings.append(f"no node column: {DEFAULT_RANKS_PER_NODE} ranks per node "
+                                 "assumed for the false-alarm budget")
+            return DEFAULT_RANKS_PER_NODE
+        _, counts = np.unique(np.array(nodes), return_counts=True)
+        return max(int(np.median(counts)), 1)
+
+    def _own_comm(self, m: TimingMatrix) -> np.ndarray:
+        assert m.comm is not None
+        wait = _group_max(m.compute, self.groups, self.members) - m.compute
+        own = m.comm - wait
+        return np.where(own > 0, own, np.nan).astype(np.float32)
+
+    def update(self, m: TimingMatrix) -> int:
+        """Test the steps of ``m``; returns how many ranks alarmed for the first time."""
+        if m.ranks.size != self.meta.ranks.size or not np.array_equal(m.ranks, self.meta.ranks):
+            raise DataError("rank set changed after calibration", self.where or None)
+        for w in m.warnings:
+            if w not in self.warnings and len(self.warnings) < MAX_WARNINGS:
+                self.warnings.append(w)
+        if m.steps.size == 0:
+            return 0
+        r = self.compute.ratios(m.compute, node=self.nodes is not None)
+        fresh = 0
+        if self.nodes is not None and self.layout is not None:
+            node_r = self.compute.node_ratios
+            assert node_r is not None
+            fresh += self.nodes.update_ratio(self.layout.medians(node_r), m.steps).size
+        fresh += self.compute.update_ratio(r, m.steps).size
+        if self.comm is not None and m.comm is not None:
+            fresh += self.comm.update(self._own_comm(m), m.steps).size
+        self.steps_seen.append(m.steps)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            stride = max(1, m.total.shape[1] // 4096)  # the typical step: a sample is enough
+            sample = m.total[:, ::stride]
+            med = fast_median(sample, axis=1)
+            self.total_medians.extend(med.tolist())
+        return fresh
+
+    def report(self) -> StragglerReport:
+        steps = np.concatenate(self.steps_seen) if self.steps_seen else np.zeros(0, np.int64)
+        total = float(np.nanmedian(self.total_medians)) if self.total_medians else float("nan")
+        comp_share = min(self.compute.typical_seconds() / total, 1.0) if total > 0 else 1.0
+        comm_share = (min(self.comm.typical_seconds() / total, 1.0)
+                      if self.comm is not None and total > 0 else 0.0)
+        n = self.meta.ranks.size
+        nodes = None
+        if self.nodes is not None and self.layout is not None:
+            nodes = (self.layout.names, self.layout.members, self.nodes.alarms())
+        suspects = locate(self.meta, self.compute.alarms(),
+                          self.comm.alarms() if self.comm is not None else None, self.basis,
+                          (comp_share, comm_share), n, nodes)
+        stopped = []
+        if steps.size:
+            last = self.compute.last_step
+            after = steps.size - np.searchsorted(steps, last, side="right")
+            for i in np.flatnonzero((last >= 0) & (after >= self.options.stopped_after)).tolist():
+                stopped.append(StoppedRank(int(self.meta.ranks[i]), self.meta.node[i],
+                                           int(last[i]), int(steps[-1])))
+            silent = np.flatnonzero(last < 0)
+            if silent.size:
+                self.warnings.append(f"{silent.size} rank(s) never had a usable duration")
+        bases = (self.basis,) + ((Basis.COMMUNICATION,) if self.comm is not None else ())
+        return StragglerReport(
+            suspects=tuple(suspects), stopped=tuple(stopped), warnings=tuple(self.warnings),
+            ranks=n, steps=int(steps.size), first_step=int(steps[0]) if steps.size else -1,
+            last_step=int(steps[-1]) if steps.size else -1, job_gpus=n, grouping=self.grouping,
+            groups=len(self.members), noise=self.noise, bases=bases, design=self.design)
+
+
+def analyse(m: TimingMatrix, options: Options = Options(), where: str = "") -> StragglerReport:
+    """The whole-file analysis: calibrate on the first ``warmup`` steps, then test every step."""
+    analysis = StragglerAnalysis(m.slice(0, options.warmup), options, where)
+    # blocks of about BLOCK_CELLS samples: a small job is tested in one or two blocks (each
+    # block has a fixed cost), a large one in blocks of ``options.block`` steps
+    block = max(options.block, BLOCK_CELLS // max(m.ranks.size, 1))
+    for start in range(0, m.steps.size, block):
+        analysis.update(m.slice(start, start + block))
+    return analysis.report()

@@ -1,0 +1,381 @@
+"""Incremental sequential test for one timing series (compute or communication).
+
+Per step, each rank's log time is compared with the median of its peer group at that step
+(``r = log x - median_peers(log x)``: drift, checkpoint steps and anything else shared by the
+group cancel), standardised by the group's robust noise (``z = r / sigma``) and fed to the two
+CUSUMs of ``stragglers_calib.design``.
+
+A block of steps is processed column-wise: normalisation, winsorisation and the excursion sums
+are whole-block array operations; the CUSUM recursion ``S_t = max(0, S_{t-1} + x_t)`` runs one
+step at a time over rank-length arrays, in place (measured 4x faster than its closed form
+``W_t - min(0, min_{u<=t} W_u)`` with accumulate along the step axis, which thrashes the cache).
+No Python loop ever visits a rank. The start of the current excursion (the change-point
+estimate) is the last step where ``S`` was 0. State carried between blocks is a few arrays of
+length ``ranks``, so a one-step block (streaming) and a whole file are the same code and give
+the same answer.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from minutiae.analyses.stragglers.types import Design
+
+if TYPE_CHECKING:
+    from minutiae.analyses.stragglers.peers import PeerReference
+
+#: per-step log-ratio bounds used for the slowdown estimate (a 1-step 10x pause counts as e^1)
+R_LOW, R_HIGH = -0.5, 1.0
+#: blocks up to this many steps keep excursion sums in the recursion loop (cheaper than gathers)
+SHORT_BLOCK = 4
+#: up to this many ranks a block's CUSUM runs in closed form over the whole block (the step
+#: loop's per-step overhead dominates); above it the loop keeps one row in cache
+SMALL_COLUMNS = 2048
+#: reference of the estimation-only CUSUM that dates large shifts (>= 6 sigma)
+ESTIMATOR_K = 3.0
+
+
+#: peer medians use at most this many ranks of a group (evenly strided): the median of 2,048
+#: values is within 0.03 sigma of the whole group's, common to all its ranks
+MEDIAN_SAMPLE = 2048
+
+
+#: rows up to this long take their median by sorting (numpy's partition costs ~2 us a row in
+#: setup: 10x a sort for the 8-128-value rows of small jobs)
+SORT_MEDIAN_MAX = 512
+
+
+def fast_median(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``np.median`` along ``axis``, NaN-aware (``nanmedian``) when NaN is present; short rows
+    are sorted instead of partitioned (same values)."""
+    if np.isnan(a).any():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanmedian(a, axis=axis)
+    n = a.shape[axis]
+    if n == 0 or n > SORT_MEDIAN_MAX:
+        return np.median(a, axis=axis)
+    srt = np.sort(a, axis=axis)
+    lo = np.take(srt, (n - 1) // 2, axis=axis)
+    if n % 2:
+        return lo
+    return (lo + np.take(srt, n // 2, axis=axis)) / 2
+
+
+def _sample(cols: np.ndarray) -> np.ndarray | slice:
+    """The columns a group's median is taken over (a slice when they are contiguous)."""
+    step = max(1, cols.size // MEDIAN_SAMPLE)
+    picked = cols[::step]
+    if picked.size and np.array_equal(picked, np.arange(picked[0], picked[-1] + 1, step)):
+        return slice(int(picked[0]), int(picked[-1]) + 1, step)
+    return picked
+
+
+def group_medians(logx: np.ndarray, members: list[np.ndarray]) -> np.ndarray:
+    """(steps, groups) medians of ``logx`` (steps, ranks) over each group's columns; NaN-aware."""
+    out = np.empty((logx.shape[0], len(members)), dtype=np.float32)
+    for g, cols in enumerate(members):
+        out[:, g] = fast_median(logx[:, _sample(cols)], axis=1)
+    return out
+
+
+def _spans(members: list[np.ndarray]) -> list[slice] | None:
+    """Each group as one contiguous slice of columns, or None when they are not."""
+    spans = []
+    for cols in members:
+        if cols.size and cols[-1] - cols[0] + 1 == cols.size:
+            spans.append(slice(int(cols[0]), int(cols[-1]) + 1))
+        else:
+            return None
+    return spans
+
+
+def log_times(x: np.ndarray) -> np.ndarray:
+    """float32 log of durations; NaN where missing or <= 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logx = np.log(x, dtype=np.float32)
+        if not (x > 0).all():
+            logx[~(x > 0)] = np.nan
+    return logx
+
+
+def peer_log_ratio(x: np.ndarray, groups: np.ndarray,
+                   members: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``log x - median of the peer group at the same step`` (NaN where ``x`` is missing or
+    <= 0) and the (steps, groups) medians of ``log x``."""
+    logx = log_times(x)
+    med = group_medians(logx, members)
+    spans = _spans(members)
+    if spans is not None:
+        for g, span in enumerate(spans):
+            logx[:, span] -= med[:, g:g + 1]
+    else:
+        logx -= med[:, groups]
+    return logx, med
+
+
+@dataclass(frozen=True, slots=True)
+class Alarms:
+    """Alarmed ranks (indices into the rank axis) and what the test knew about each."""
+
+    index: np.ndarray
+    since_step: np.ndarray
+    detected_step: np.ndarray
+    detector: np.ndarray  # 0 = fast, 1 = slow
+    score: np.ndarray
+    mean_log_ratio: np.ndarray
+    se_log_ratio: np.ndarray
+
+
+class _Cusum:
+    """One CUSUM's carried state: statistic, excursion start and the excursion's sums."""
+
+    def __init__(self, n: int, k: float, clip: float, h: float) -> None:
+        self.k, self.clip, self.h = np.float32(k), np.float32(clip), h
+        self.s = np.zeros(n, dtype=np.float32)
+        self.start = np.full(n, -1, dtype=np.int64)
+        self.sum_r = np.zeros(n)  # sum of r over the current excursion
+        self.sum_n = np.zeros(n)  # samples in it
+
+    def run(self, z: np.ndarray, missing: np.ndarray | None, r: np.ndarray,
+            ok: np.ndarray | None, cum: tuple[np.ndarray, np.ndarray],
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The statistic (steps, ranks) over the block; per rank the last block row where it
+        was 0 (-1: none); the sums of ``r`` and of samples over the excursion open at the end.
+        The recursion runs step by step with in-place operations on rank-length rows (one row
+        stays in cache); a missing value adds nothing."""
+        stat = np.minimum(z, self.clip)
+        np.maximum(stat, -self.clip, out=stat)
+        stat -= self.k
+        if missing is not None:
+            np.copyto(stat, np.float32(0.0), where=missing)
+        last = np.full(stat.shape[1], -1, dtype=np.int64)
+        if stat.shape[0] > SHORT_BLOCK and stat.shape[1] <= SMALL_COLUMNS:
+            # few ranks: the closed form S_t = W_t - min(0, min_{u<=t} W_u), W = S_0 + sum x,
+            # in whole-array operations (a Python step loop costs more than the arithmetic here)
+            w = np.cumsum(stat, axis=0, dtype=np.float64)
+            w += self.s
+            low = np.minimum.accumulate(w, axis=0)
+            np.minimum(low, 0.0, out=low)
+            w -= low
+            stat[:] = w
+            zero = w <= 0.0
+            seen = zero.any(axis=0)
+            last[seen] = stat.shape[0] - 1 - zero[::-1].argmax(axis=0)[seen]
+            return stat, last, *self._sums_after(last, cum)
+        if stat.shape[0] > SHORT_BLOCK:
+            prev = self.s
+            for t in range(stat.shape[0]):
+                row = stat[t]
+                row += prev
+                np.maximum(row, 0.0, out=row)
+                np.copyto(last, t, where=row <= 0.0)
+                prev = row
+            return stat, last, *self._sums_after(last, cum)
+        # short blocks (streaming): keep the excursion sums inside the loop, no gathers
+        acc_r = self.sum_r.copy()
+        acc_n = self.sum_n.copy()
+        prev = self.s
+        for t in range(stat.shape[0]):
+            row = stat[t]
+            row += prev
+            np.maximum(row, 0.0, out=row)
+            zero = row <= 0.0
+            np.copyto(last, t, where=zero)
+            acc_r += r[t]
+            acc_n += 1.0 if ok is None else ok[t]
+            np.copyto(acc_r, 0.0, where=zero)
+            np.copyto(acc_n, 0.0, where=zero)
+            prev = row
+        return stat, last, acc_r, acc_n
+
+    def _sums_after(self, last: np.ndarray, cum: tuple[np.ndarray, np.ndarray],
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """Sums over the excursion open at the block end, from the block's running sums."""
+        j = np.maximum(last, 0)[None, :]
+        out = []
+        for c, carried in zip(cum, (self.sum_r, self.sum_n), strict=True):
+            since_zero = c[-1] - np.take_along_axis(c, j, axis=0)[0]
+            out.append(np.where(last >= 0, since_zero, carried + c[-1]))
+        return out[0], out[1]
+
+    def carry(self, stat: np.ndarray, last: np.ndarray, acc_r: np.ndarray, acc_n: np.ndarray,
+              steps: np.ndarray) -> None:
+        """State for the next block: the open excursion's start and sums."""
+        j = np.minimum(last + 1, steps.size - 1)
+        self.start = np.where(last >= 0, steps[j], self.start)
+        closed = stat[-1] <= 0.0
+        self.sum_r = np.where(closed, 0.0, acc_r)
+        self.sum_n = np.where(closed, 0.0, acc_n)
+        self.s = stat[-1].copy()
+
+
+def _running_sum(x: np.ndarray, out: np.ndarray) -> None:
+    """Cumulative sum along the step axis, row by row (numpy's axis-0 cumsum is ~3x slower on
+    wide rows; on narrow ones the loop's per-step cost dominates and cumsum is used)."""
+    if x.shape[1] <= SMALL_COLUMNS:
+        np.cumsum(x, axis=0, out=out)
+        return
+    out[0] = x[0]
+    for t in range(1, x.shape[0]):
+        np.add(out[t - 1], x[t], out=out[t])
+
+
+def _last_zero(stat: np.ndarray, upto: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """For each column ``cols[i]``, the last row <= ``upto[i]`` where ``stat`` is 0 (-1: none)."""
+    rows = np.arange(stat.shape[0])[:, None]
+    zero = (stat[:, cols] <= 0.0) & (rows <= upto[None, :])
+    return np.where(zero, rows, -1).max(axis=0)
+
+
+class SeriesDetector:
+    """CUSUM bank over the ranks of one timing series; feed it blocks of steps in order."""
+
+    def __init__(self, groups: np.ndarray, sigma: np.ndarray, design: Design,
+                 peers: PeerReference | None = None, allowance: np.ndarray | None = None,
+                 ) -> None:
+        self.peers = peers
+        # per-column bias allowance subtracted from z (a self-baseline's offset uncertainty)
+        self.allowance = (None if allowance is None or not np.any(allowance)
+                          else allowance.astype(np.float32))
+        self.groups = groups.astype(np.int64)
+        ng = int(self.groups.max()) + 1 if groups.size else 0
+        self.members = [np.flatnonzero(self.groups == g) for g in range(ng)]
+        self.sigma = sigma[self.groups].astype(np.float32)
+        n = groups.size
+        self.tests = [_Cusum(n, d.k, d.clip, d.h) for d in design.detectors]
+        self.estimator = _Cusum(n, ESTIMATOR_K, ESTIMATOR_K + 4.0, float("inf"))
+        self.alarm_step = np.full(n, -1, dtype=np.int64)
+        self.alarm_since = np.full(n, -1, dtype=np.int64)
+        self.alarm_det = np.full(n, -1, dtype=np.int8)
+        self.alarm_score = np.zeros(n)
+        self.alarm_sums = np.zeros((2, n))
+        self.last_step = np.full(n, -1, dtype=np.int64)
+        self.medians: list[float] = []
+
+    def update(self, x: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Process ``x`` (len(steps), ranks) seconds; returns the ranks newly alarmed."""
+        return self.update_ratio(self.ratios(x), steps)
+
+    def ratios(self, x: np.ndarray, node: bool = False) -> np.ndarray:
+        """The peer log-ratios of ``x`` (and the typical value of the series, kept for costs);
+        with ``node`` the node test's ratios are kept in ``node_ratios`` (None otherwise)."""
+        self.node_ratios: np.ndarray | None = None
+        if self.peers is not None:
+            r, self.node_ratios, typical_log = self.peers.ratio(log_times(x), node)
+            typical = np.exp(typical_log)
+        else:
+            r, med = peer_log_ratio(x, self.groups, self.members)
+            typical = np.exp(np.median(med, axis=1))
+            self.node_ratios = r if node else None
+        self.medians.extend(typical[np.isfinite(typical)].tolist())
+        return r
+
+    def update_ratio(self, r: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Test log-ratios ``r`` (modified in place); returns the columns newly alarmed."""
+        ok = np.isfinite(r)
+        missing: np.ndarray | None = None if ok.all() else ~ok
+        if missing is not None:
+            np.copyto(r, np.float32(0.0), where=missing)
+        z = r / self.sigma
+        if self.allowance is not None:
+            z -= self.allowance
+        np.maximum(r, R_LOW, out=r)
+        np.minimum(r, R_HIGH, out=r)
+        n_steps, n_cols = r.shape
+        cum_r = np.empty(r.shape, dtype=np.float32)
+        _running_sum(r, cum_r)
+        if missing is None:
+            cum_n = np.broadcast_to(np.arange(1, n_steps + 1, dtype=np.float32)[:, None], r.shape)
+        else:
+            cum_n = np.empty(r.shape, dtype=np.float32)
+            _running_sum(ok.astype(np.float32), cum_n)
+        tests = (*self.tests, self.estimator)
+        for t in tests:  # an excursion opening in this block starts at its first step
+            fresh = t.s <= 0.0
+            np.copyto(t.start, steps[0], where=fresh)
+        runs = [t.run(z, missing, r, None if missing is None else ok, (cum_r, cum_n))
+                for t in tests]
+        first = np.full(n_cols, n_steps, dtype=np.int64)
+        which = np.full(n_cols, -1, dtype=np.int8)
+        waiting = self.alarm_step < 0
+        for d, t in enumerate(self.tests):
+            stat = runs[d][0]
+            cand = np.flatnonzero(waiting & (stat.max(axis=0) > t.h))
+            if cand.size:
+                at = (stat[:, cand] > t.h).argmax(axis=0)
+                better = at < first[cand]
+                first[cand[better]] = at[better]
+                which[cand[better]] = d
+        new = np.flatnonzero(first < n_steps)
+        cols = (cum_r, cum_n)
+        if new.size:
+            ta = first[new]
+            det = which[new]
+            since, sums = self._excursion(self.tests[0], runs[0][0], ta, new, cols, steps)
+            for d in range(1, len(self.tests)):
+                s_d, u_d = self._excursion(self.tests[d], runs[d][0], ta, new, cols, steps)
+                pick = det == d
+                since[pick], sums[:, pick] = s_d[pick], u_d[:, pick]
+            # a large shift is dated by the estimation-only CUSUM tuned to it (its k is closer
+            # to half the shift, so pre-onset noise is not absorbed into the excursion)
+            est = runs[-1][0]
+            s_e, u_e = self._excursion(self.estimator, est, ta, new, cols, steps)
+            shift = u_e[0] / np.maximum(u_e[1], 1) / self.sigma[new].astype(np.float64)
+            sharp = (est[ta, new] > 0) & (shift >= 2 * self.estimator.k)
+            since[sharp], sums[:, sharp] = s_e[sharp], u_e[:, sharp]
+            self.alarm_since[new] = since
+            self.alarm_sums[0, new] = sums[0] + cum_r[-1, new] - cum_r[ta, new]
+            self.alarm_sums[1, new] = sums[1] + cum_n[-1, new] - cum_n[ta, new]
+            self.alarm_det[new] = det
+            # the score is over the alarm tests only: ``runs`` ends with the estimator's run
+            # (h = inf), so it is indexed by test, never zipped against ``self.tests``
+            self.alarm_score[new] = np.max(
+                [runs[d][0][ta, new] / t.h for d, t in enumerate(self.tests)], axis=0)
+            self.alarm_step[new] = steps[ta]
+        old = np.flatnonzero(~waiting)
+        if old.size:
+            self.alarm_sums[0, old] += cum_r[-1, old]
+            self.alarm_sums[1, old] += cum_n[-1, old]
+        for (stat, last, acc_r, acc_n), t in zip(runs, tests, strict=True):
+            t.carry(stat, last, acc_r, acc_n, steps)
+        if missing is None:
+            self.last_step[:] = steps[-1]
+        else:
+            seen = ok.any(axis=0)
+            last_ok = n_steps - 1 - ok[::-1].argmax(axis=0)
+            self.last_step[seen] = steps[last_ok[seen]]
+        return new
+
+    @staticmethod
+    def _excursion(t: _Cusum, stat: np.ndarray, ta: np.ndarray, sel: np.ndarray,
+                   cum: tuple[np.ndarray, np.ndarray], steps: np.ndarray,
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """First step and (sum r, n) of ``t``'s excursion open at block row ``ta``."""
+        j = _last_zero(stat, ta, sel)
+        inside = j >= 0
+        jj = np.maximum(j, 0)
+        since = np.where(inside, steps[np.minimum(j + 1, steps.size - 1)], t.start[sel])
+        out = np.empty((2, sel.size))
+        for i, (c, carry) in enumerate(zip(cum, (t.sum_r, t.sum_n), strict=True)):
+            out[i] = c[ta, sel] - np.where(inside, c[jj, sel], 0.0) + np.where(inside, 0.0, carry[sel])
+        return since, out
+
+    def alarms(self) -> Alarms:
+        """The standard error of the mean log-ratio is the rank's calibrated noise over
+        sqrt(steps since onset) (the per-step values are independent given the peer median)."""
+        idx = np.flatnonzero(self.alarm_step >= 0)
+        total, cnt = self.alarm_sums[:, idx]
+        n = np.maximum(cnt, 1)
+        se = self.sigma[idx].astype(np.float64) / np.sqrt(n)
+        return Alarms(idx, self.alarm_since[idx], self.alarm_step[idx], self.alarm_det[idx],
+                      self.alarm_score[idx], total / n, se)
+
+    def typical_seconds(self) -> float:
+        v = np.asarray(self.medians)
+        v = v[np.isfinite(v)]
+        return float(np.median(v)) if v.size else float("nan")

@@ -1,0 +1,224 @@
+"""NCCL topology XML (``NCCL_TOPO_FILE`` / ``NCCL_TOPO_DUMP_FILE``) → ``NodeTopology`` (pure).
+
+Schema (NCCL ``src/graph/xml.cc``): ``<system version="1">`` holding ``<cpu numaid affinity>``
+elements, each holding a tree of ``<pci busid class link_speed link_width>`` (class 0x0604 is a
+PCIe switch, which NCCL flattens to one element), leaves ``<gpu dev sm rank gdr>`` with
+``<nvlink target count tclass>`` children and ``<nic><net name dev speed port gdr/></nic>``.
+Cloud vendors ship hand-written files that carry only the ``<pci>`` elements (class 0x0302 GPU,
+0x0207 InfiniBand, 0x0200 Ethernet/EFA): then GPUs are numbered in PCI bus order (what
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and nvidia-smi use) and NICs are named by their PCI bus id.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+
+from minutiae.analyses.topology.parse_pci import PciPlace, classify
+from minutiae.errors import ParseError
+from minutiae.model.topology import (
+    Gpu,
+    Nic,
+    NicKind,
+    NodeTopology,
+    NvLink,
+    Nvme,
+    PathType,
+    nic_kind_from_name,
+    parse_hexmask,
+)
+
+_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+_EFA_VENDOR = "0x1d0f"
+
+
+def pcie_gen(speed: str | None) -> int | None:
+    """``"16.0 GT/s PCIe"`` / ``"8 GT/s"`` / ``"15.753846"`` (hwloc GB/s per lane ×…) → gen."""
+    if not speed:
+        return None
+    m = re.match(r"\s*([\d.]+)\s*GT/s", speed)
+    if not m:
+        return None
+    try:
+        return _GEN.get(float(m.group(1)))
+    except ValueError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip(), 0)
+    except ValueError:
+        return None
+
+
+def _width(text: str | None) -> int | None:
+    w = _int(text)
+    return w if w else None  # NCCL writes link_width="0" when it does not know
+
+
+@dataclass
+class _Dev:
+    kind: str  # gpu | nic | nvme
+    busid: str | None
+    place: PciPlace
+    elem: ET.Element
+    pci: ET.Element | None
+    cpus: tuple[int, ...]
+    nets: list[ET.Element] = field(default_factory=list)
+
+
+def parse_nccl_topo(data: str | bytes, where: str | None = None) -> NodeTopology:
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as exc:
+        raise ParseError(f"not well-formed XML ({exc})", where) from None
+    if root.tag == "graphs":
+        raise ParseError("this is an NCCL graph file (NCCL_GRAPH_FILE: ring/tree channels), "
+                         "not a topology file", where)
+    if root.tag != "system":
+        raise ParseError(f"not an NCCL topology file (root element <{root.tag}>, expected <system>)",
+                         where)
+    notes: list[str] = []
+    missing: list[str] = []
+    version = root.get("version")
+    if version not in ("1", "2"):
+        notes.append(f"NCCL topology XML version {version!r} is newer than the versions read "
+                     "here (1, 2); read as version 1")
+    devs: list[_Dev] = []
+    numa_cpus: dict[int, tuple[int, ...]] = {}
+
+    def walk(elem: ET.Element, numa: int | None, chain: tuple[str, ...], cpus: tuple[int, ...]) -> None:
+        for child in elem:
+            if child.tag == "pci":
+                busid = (child.get("busid") or "").lower() or None
+                cls = (child.get("class") or "").lower()
+                gpu = child.find("gpu")
+                nic = child.find("nic")
+                if gpu is not None or cls.startswith(("0x0302", "0x0300")):
+                    devs.append(_Dev("gpu", busid, PciPlace(numa, chain), gpu if gpu is not None
+                                     else child, child, cpus))
+                elif nic is not None or cls.startswith("0x02"):
+                    devs.append(_Dev("nic", busid, PciPlace(numa, chain), child, child, cpus,
+                                     nets=list(nic.iter("net")) if nic is not None else []))
+                elif cls.startswith("0x0108"):
+                    devs.append(_Dev("nvme", busid, PciPlace(numa, chain), child, child, cpus))
+                elif len(child):
+                    walk(child, numa, (*chain, busid or "?"), cpus)
+            elif child.tag == "nic":
+                devs.append(_Dev("nic", None, PciPlace(numa, chain), child, None, cpus,
+                                 nets=list(child.iter("net"))))
+
+    for cpu in root.iter("cpu"):
+        numa = _int(cpu.get("numaid"))
+        cpus: tuple[int, ...] = ()
+        aff = cpu.get("affinity")
+        if aff:
+            try:
+                cpus = parse_hexmask(aff)
+            except ValueError:
+                notes.append(f"cpu numaid={numa}: unreadable affinity {aff!r}")
+        if numa is not None:
+            numa_cpus[numa] = cpus
+        walk(cpu, numa, (), cpus)
+
+    gpus_d = [d for d in devs if d.kind == "gpu"]
+    # GPU index: <gpu dev> when present, else PCI bus order
+    def gpu_key(d: _Dev) -> tuple[int, str]:
+        dev = _int(d.elem.get("dev")) if d.elem.tag == "gpu" else None
+        return (dev if dev is not None else 1 << 20, d.busid or "")
+
+    gpus_d.sort(key=gpu_key)
+    by_bus = {d.busid: i for i, d in enumerate(gpus_d) if d.busid}
+    gpus: list[Gpu] = []
+    switch_peers: list[int] = []
+    for i, d in enumerate(gpus_d):
+        dev_attr = _int(d.elem.get("dev")) if d.elem.tag == "gpu" else None
+        idx = dev_attr if dev_attr is not None else i
+        links: list[NvLink] = []
+        for nv in d.elem.findall("nvlink") if d.elem.tag == "gpu" else []:
+            target = (nv.get("target") or "").lower()
+            count = _int(nv.get("count"))
+            tclass = (nv.get("tclass") or "").lower()
+            if tclass.startswith("0x0680"):
+                switch_peers.append(idx)
+                links.append(NvLink(peer=-1, links=count, via_switch=True))
+            elif target == d.busid:
+                notes.append(f"GPU{idx}: NVLink entry pointing at itself ignored")
+            elif target in by_bus:
+                links.append(NvLink(peer=by_bus[target], links=count))
+        pci = d.pci
+        gpus.append(Gpu(
+            index=idx, pci=d.busid, numa=d.place.numa, cpus=d.cpus, nvlinks=tuple(links),
+            pcie_gen=pcie_gen(pci.get("link_speed")) if pci is not None else None,
+            pcie_width=_width(pci.get("link_width")) if pci is not None else None,
+        ))
+    # NVSwitch: every GPU linked to a switch is a peer of every other such GPU
+    if switch_peers:
+        resolved = []
+        for g in gpus:
+            sw = [lk for lk in g.nvlinks if lk.via_switch]
+            direct = [lk for lk in g.nvlinks if not lk.via_switch]
+            if sw:
+                count = sum(lk.links or 0 for lk in sw) or None
+                direct += [NvLink(peer=p, links=count, via_switch=True)
+                           for p in switch_peers if p != g.index]
+            resolved.append(Gpu(g.index, g.pci, g.numa, g.cpus, tuple(direct), g.model, g.uuid,
+                                g.pcie_gen, g.pcie_width))
+        gpus = resolved
+
+    nics: list[Nic] = []
+    nic_places: dict[str, PciPlace] = {}
+    unnamed = 0
+    for d in sorted((d for d in devs if d.kind == "nic"), key=lambda d: d.busid or ""):
+        pci = d.pci
+        cls = (pci.get("class") or "").lower() if pci is not None else ""
+        vendor = (pci.get("vendor") or "").lower() if pci is not None else ""
+        kind = (NicKind.INFINIBAND if cls.startswith("0x0207")
+                else NicKind.EFA if vendor == _EFA_VENDOR
+                else NicKind.ETHERNET if cls.startswith("0x0200") else NicKind.UNKNOWN)
+        gen = pcie_gen(pci.get("link_speed")) if pci is not None else None
+        width = _width(pci.get("link_width")) if pci is not None else None
+        if d.nets:
+            for net in d.nets:
+                name = net.get("name") or d.busid or f"net{net.get('dev')}"
+                speed = _int(net.get("speed"))
+                if kind in (NicKind.UNKNOWN, NicKind.ETHERNET):
+                    by_name = nic_kind_from_name(name)
+                    kind = by_name if by_name is not NicKind.UNKNOWN else kind
+                nics.append(Nic(
+                    name=name, pci=d.busid, numa=d.place.numa, cpus=d.cpus, kind=kind,
+                    rate_gbps=speed / 1000 if speed else None, port=_int(net.get("port")),
+                    gdr=net.get("gdr") == "1" if net.get("gdr") else None,
+                    pcie_gen=gen, pcie_width=width,
+                ))
+                nic_places[name] = d.place
+        else:
+            unnamed += 1
+            name = d.busid or f"nic{unnamed}"
+            nics.append(Nic(name=name, pci=d.busid, numa=d.place.numa, cpus=d.cpus, kind=kind,
+                            pcie_gen=gen, pcie_width=width))
+            nic_places[name] = d.place
+    if unnamed:
+        missing.append(f"{unnamed} NIC(s) carry no <net> name in this file: named by PCI bus id "
+                       "(use --sysfs-root or a dump from the node for RDMA device names)")
+    nvmes = [Nvme(name=d.busid or "nvme?", pci=d.busid, numa=d.place.numa)
+             for d in devs if d.kind == "nvme"]
+    gpu_nic: dict[tuple[int, str], PathType] = {}
+    gpu_nvme: dict[tuple[int, str], PathType] = {}
+    for g, d in zip(gpus, gpus_d, strict=True):
+        for n in nics:
+            gpu_nic[(g.index, n.name)] = classify(d.place, nic_places[n.name])
+        for drive, dn in zip(nvmes, [x for x in devs if x.kind == "nvme"], strict=True):
+            gpu_nvme[(g.index, drive.name)] = classify(d.place, dn.place)
+    if not gpus:
+        missing.append("no GPU in this file")
+    missing.append("NIC link state, driver and firmware are not in NCCL topology XML")
+    return NodeTopology(
+        source="nccl-topo-xml", where=where, gpus=tuple(sorted(gpus, key=lambda g: g.index)),
+        nics=tuple(nics), nvmes=tuple(nvmes), gpu_nic=gpu_nic, gpu_nvme=gpu_nvme,
+        numa_cpus=dict(sorted(numa_cpus.items())), missing=tuple(missing), notes=tuple(notes),
+    )

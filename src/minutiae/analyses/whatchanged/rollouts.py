@@ -1,0 +1,228 @@
+"""Fleet attribution: was a rollout (a version changing on a set of nodes over time) the cause of
+a change in speed, across every job that touched those nodes? (pure)
+
+Each rollout becomes a run-level exposure: ``any`` (some node of the run had the new version when
+it ran: how a synchronous job feels a slowdown) and ``all`` (every node had it: how it gains a
+speed-up). All rollouts are fitted jointly with signature fixed effects
+(:func:`minutiae.analyses.whatchanged.stats.fe_joint`), so two rollouts that overlapped in time are
+told apart by the nodes they touched. Without a rollouts file, rollouts are inferred from the
+runs' own attribute columns (every version first seen after the start of the history).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from minutiae.analyses.whatchanged.stats import Effect, Panel, fe_joint, make_panel
+from minutiae.history.record import STACK_KEYS, RunRecord
+from minutiae.history.rollouts import Rollout
+
+WEEK = 7 * 86400.0
+#: family-wise false-alarm rate over all rollouts tested (Bonferroni)
+ALPHA = 0.01
+#: fewest runs on each side, on days when both ran, before a rollout can be called a cause
+MIN_OVERLAP = 20
+#: signatures (best supported first) given a per-signature hint column
+MAX_HINT_SIGNATURES = 40
+#: family-wise rate for the per-signature hints
+HINT_ALPHA = 0.001
+#: smallest effect we call a cause (fraction)
+MIN_EFFECT = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutVerdict:
+    """``effect``: step-time change of exposed runs (fraction, + = slower) net of the other
+    rollouts; ``exposure``: ``any`` or ``all`` (see ``_prefer_all``); ``by_signature``: a *hint*,
+    signatures whose runs with the rollout differ significantly from their runs without it
+    (Bonferroni over rollouts × signatures; a change that only hurts one model shows here while
+    the fleet-wide effect is diluted) — within one signature this is confounded with the
+    signature's own changes at the same time, so it never makes ``cause``; ``overlap``: runs on the
+    smaller side (with or without the rollout) on days when both kinds ran — the evidence that
+    separates the rollout from everything else that changed that week; ``cause``: the fleet-wide
+    effect is significant after Bonferroni over rollouts, at least ``MIN_EFFECT``, and rests on an
+    overlap of at least ``MIN_OVERLAP`` runs; ``gpu_hours_per_week``: GPU-hours
+    the change costs (+) or saves (−) per week over the exposed runs since the rollout started
+    (None when runs lack GPU counts or durations); ``runs_exposed``: runs that met it."""
+
+    name: str
+    attr: str
+    old: str
+    new: str
+    start: float
+    nodes: int
+    exposure: str
+    effect: Effect | None
+    cause: bool
+    gpu_hours_per_week: float | None
+    runs_exposed: int
+    by_signature: tuple[tuple[str, Effect], ...] = ()
+    overlap: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "attr": self.attr, "old": self.old, "new": self.new,
+                "start": self.start, "nodes": self.nodes, "exposure": self.exposure,
+                "effect": self.effect.to_json() if self.effect else None, "cause": self.cause,
+                "gpu_hours_per_week": None if self.gpu_hours_per_week is None
+                else round(self.gpu_hours_per_week, 2),
+                "runs_exposed": self.runs_exposed, "overlap": self.overlap,
+                "signatures": [{"signature": sig, **e.to_json()} for sig, e in self.by_signature]}
+
+
+@dataclass(frozen=True, slots=True)
+class _Membership:
+    """(run, node) pairs of the panel as flat arrays, for vectorised exposure."""
+
+    run: np.ndarray
+    node: np.ndarray
+    names: dict[str, int]
+    per_run: np.ndarray
+
+
+def _membership(panel: Panel) -> _Membership:
+    names: dict[str, int] = {}
+    runs, nodes = [], []
+    for j, r in enumerate(panel.runs):
+        for nd in r.nodes:
+            runs.append(j)
+            nodes.append(names.setdefault(nd, len(names)))
+    run = np.array(runs, dtype=np.int64)
+    return _Membership(run, np.array(nodes, dtype=np.int64), names,
+                       np.bincount(run, minlength=len(panel.runs)))
+
+
+def _exposure_from_nodes(panel: Panel, mem: _Membership, ro: Rollout) -> tuple[np.ndarray, np.ndarray]:
+    at = np.full(len(mem.names), np.inf)
+    for nd, t in ro.at.items():
+        if nd in mem.names:
+            at[mem.names[nd]] = t
+    on = (at[mem.node] <= panel.t[mem.run]).astype(float)
+    hits = np.bincount(mem.run, weights=on, minlength=len(panel.runs))
+    has = mem.per_run > 0
+    return ((hits > 0) & has).astype(float), ((hits == mem.per_run) & has).astype(float)
+
+
+def infer_rollouts(runs: Sequence[RunRecord]) -> list[Rollout]:
+    """Rollouts implied by the software columns (driver, CUDA, NCCL, kernel, firmware, image):
+    each version first seen after the earliest value of its attribute (node times unknown: ``at``
+    is empty, ``start`` is the first run with it). Config columns are not rollouts."""
+    first: dict[tuple[str, str], float] = {}
+    for r in sorted(runs, key=lambda r: r.time):
+        for k, vals in r.attrs.items():
+            if k not in STACK_KEYS:
+                continue
+            for v in vals:
+                first.setdefault((k, v), r.time)
+    out = []
+    for k in sorted({k for k, _ in first}):
+        seq = sorted((t, v) for (kk, v), t in first.items() if kk == k)
+        for (_, prev), (t, v) in zip(seq[:-1], seq[1:], strict=True):
+            out.append(Rollout(k, prev, v, t, t, {}))
+    return out
+
+
+def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | None = None,
+                       ) -> list[RolloutVerdict]:
+    """Test every rollout as a cause (``rollouts`` None: inferred from attribute columns)."""
+    panel = make_panel(runs)
+    ros = list(rollouts) if rollouts is not None else infer_rollouts(panel.runs)
+    if not ros:
+        return []
+    n = len(panel.runs)
+    anys, alls = [], []
+    mem: _Membership | None = None
+    for ro in ros:
+        if ro.at and any(r.nodes for r in panel.runs):
+            mem = mem or _membership(panel)
+            a, b = _exposure_from_nodes(panel, mem, ro)
+        else:
+            a = np.fromiter((ro.new in r.attrs.get(ro.attr, ()) for r in panel.runs), dtype=float, count=n)
+            b = np.fromiter((r.attrs.get(ro.attr, frozenset()) == {ro.new} for r in panel.runs),
+                            dtype=float, count=n)
+        anys.append(a)
+        alls.append(b)
+    fit_any = fe_joint(panel, np.column_stack(anys))
+    fit_all = fe_joint(panel, np.column_stack(alls))
+    t_end = float(panel.t.max())
+    hours = np.array([r.gpu_hours() if r.gpu_hours() is not None else np.nan for r in panel.runs])
+    chosen: list[np.ndarray] = []
+    effects: list[Effect | None] = []
+    for i in range(len(ros)):
+        use_all = _prefer_all(fit_any[i], fit_all[i])
+        chosen.append(alls[i] if use_all else anys[i])
+        effects.append(fit_all[i] if use_all else fit_any[i])
+    xmat = np.column_stack(chosen)
+    sig_names = sorted({r.signature for r in panel.runs})
+    out = []
+    for i, ro in enumerate(ros):
+        eff, x = effects[i], chosen[i]
+        overlap = _overlap(panel, x)
+        main = bool(eff is not None and eff.p_value < ALPHA / len(ros) and abs(eff.change) >= MIN_EFFECT
+                    and overlap >= MIN_OVERLAP)
+        by_sig = _per_signature(panel, xmat, i, sig_names, len(ros))
+        weeks = max((t_end - ro.start) / WEEK, 1.0 / 7.0)
+        cost = None if eff is None else _cost(hours, x, np.ones(len(x), bool), eff.change, weeks)
+        use_all = x is alls[i]
+        out.append(RolloutVerdict(ro.name, ro.attr, ro.old, ro.new, ro.start, len(ro.at),
+                                  "all" if use_all else "any", eff, main, cost,
+                                  int((x > 0).sum()), tuple(by_sig), overlap))
+    return sorted(out, key=lambda v: (not v.cause, -(abs(v.effect.change) if v.effect else 0.0)))
+
+
+def _overlap(panel: Panel, x: np.ndarray) -> int:
+    on = np.bincount(panel.d, weights=(x > 0).astype(float), minlength=panel.n_bins)
+    tot = np.bincount(panel.d, minlength=panel.n_bins)
+    mixed = (on > 0) & (on < tot)
+    return int(min(on[mixed].sum(), (tot - on)[mixed].sum()))
+
+
+def _prefer_all(ea: Effect | None, el: Effect | None) -> bool:
+    """Which exposure explains the runs: a slowdown reaches a synchronous job through *any* node,
+    a speed-up needs *all* of them. Prefer the fit whose sign matches its mechanism; if both or
+    neither do, the one with the larger |t|."""
+    if el is None:
+        return False
+    if ea is None:
+        return True
+    ok_any, ok_all = ea.change > 0, el.change < 0
+    if ok_any != ok_all:
+        return ok_all
+    return abs(math.log1p(el.change)) / el.se > abs(math.log1p(ea.change)) / ea.se
+
+
+def _cost(hours: np.ndarray, x: np.ndarray, mask: np.ndarray, change: float, weeks: float) -> float | None:
+    """GPU-hours per week the change costs over the exposed runs in ``mask``."""
+    sel = (x > 0) & mask
+    if np.isnan(hours[sel]).any():
+        return None
+    frac = change / (1.0 + change)   # share of an exposed run's time due to the change
+    return float((hours[sel] * x[sel]).sum() * frac / weeks)
+
+
+def _per_signature(panel: Panel, xmat: np.ndarray, i: int, sigs: list[str], n_rollouts: int,
+                   ) -> list[tuple[str, Effect]]:
+    """Rollout ``i`` split into one column per signature (others kept fleet-wide)."""
+    x = xmat[:, i]
+    labels = np.array([r.signature for r in panel.runs])
+    support = []
+    for sg in sigs:
+        m = labels == sg
+        on = x[m] > 0
+        n_on, n_off = int(on.sum()), int((~on).sum())
+        if n_on >= 3 and n_off >= 3:
+            support.append((min(n_on, n_off), sg, m))
+    support = sorted(support, key=lambda s: -s[0])[:MAX_HINT_SIGNATURES]
+    cols = [x * m for _, _, m in support]
+    names = [sg for _, sg, _ in support]
+    if len(names) < 2:       # one signature: the fleet-wide effect already is that signature's
+        return []
+    others = np.delete(xmat, i, axis=1)
+    fit = fe_joint(panel, np.column_stack([others, *cols]))[others.shape[1]:]
+    alpha = HINT_ALPHA / (n_rollouts * len(names))
+    return [(sg, e) for sg, e in zip(names, fit, strict=True)
+            if e is not None and e.p_value < alpha and abs(e.change) >= MIN_EFFECT]

@@ -1,0 +1,157 @@
+"""dcgm-exporter Prometheus text → the common GPU observations (pure).
+
+Field names are those of dcgm-exporter's counter CSVs (``DCGM_FI_DEV_*``) and of its 1.x
+compatibility names (``dcgm_*``). Samples carry the labels ``gpu``, ``UUID``, ``pci_bus_id``,
+``device``, ``modelName``, ``Hostname`` and ``DCGM_FI_DRIVER_VERSION``; the component is
+``gpu:<pci>`` from ``pci_bus_id`` (``gpu:nvidia<N>`` when an old exporter omits it). MIG
+instance samples (``GPU_I_ID``) are skipped: the checks here are per physical GPU.
+Parsing uses prometheus_client's text parser; a line it rejects becomes a ``Problem``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from minutiae.errors import ParseError
+from minutiae.model.gpu_metrics import gpu_component, normalize_pci
+from minutiae.model.snapshot import Snapshot, SnapshotBuilder
+
+SOURCE = "dcgm"
+
+#: DCGM field → (metric, kind): kind "int" counter, "float" gauge, "bool" (non-zero = yes),
+#: "sum" (summed into the metric over all such fields)
+FIELDS: dict[str, tuple[str, str]] = {
+    "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", "float"),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", "float"),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("pcie_replay", "int"),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("ecc_sbe_volatile", "int"),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_dbe_volatile", "int"),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": ("ecc_sbe_aggregate", "int"),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ("ecc_dbe_aggregate", "int"),
+    "DCGM_FI_DEV_RETIRED_SBE": ("retired_pages_sbe", "int"),
+    "DCGM_FI_DEV_RETIRED_DBE": ("retired_pages_dbe", "int"),
+    "DCGM_FI_DEV_RETIRED_PENDING": ("retired_pages_pending", "bool"),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("remap_correctable", "int"),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("remap_uncorrectable", "int"),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("remap_failure", "bool"),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("remap_pending", "bool"),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("clock_event_reasons", "int"),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("clock_event_reasons", "int"),
+    "DCGM_FI_DEV_XID_ERRORS": ("last_xid", "int"),
+    "DCGM_FI_DEV_PCIE_LINK_GEN": ("pcie_gen_current", "int"),
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH": ("pcie_width_current", "int"),
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": ("pcie_gen_max", "int"),
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": ("pcie_width_max", "int"),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": ("nvlink_errors", "sum"),
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": ("nvlink_errors", "sum"),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("nvlink_errors", "sum"),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("nvlink_errors", "sum"),
+}
+#: dcgm-exporter 1.x compatibility names
+COMPAT: dict[str, str] = {
+    "dcgm_gpu_temp": "DCGM_FI_DEV_GPU_TEMP",
+    "dcgm_power_usage": "DCGM_FI_DEV_POWER_USAGE",
+    "dcgm_pcie_replay_counter": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "dcgm_xid_errors": "DCGM_FI_DEV_XID_ERRORS",
+}
+LABEL_FIELDS = {"DCGM_FI_DRIVER_VERSION": "driver_version", "DCGM_FI_DEV_VBIOS_VERSION": "vbios_version",
+                "modelName": "name", "UUID": "uuid"}
+
+
+def _is_int(text: str) -> bool:
+    """ASCII digits only (str.isdigit() also accepts superscripts such as '¹')."""
+    return text.isascii() and text.isdigit()
+
+
+def _names(text: str) -> list[Sample]:
+    """Samples with their exposition name (prometheus_client appends ``_total`` to counters)."""
+    out: list[Sample] = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if fam.type == "counter" and s.name == fam.name + "_total" and fam.name.startswith(("DCGM", "dcgm")):
+                s = s._replace(name=fam.name)
+            out.append(s)
+    return out
+
+
+def _samples(text: str, where: str, b: SnapshotBuilder) -> Iterable[Sample]:
+    try:
+        return _names(text)
+    except (ValueError, IndexError, TypeError):
+        pass
+    out: list[Sample] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines, 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        typ = next((ln for ln in reversed(lines[: i - 1]) if ln.startswith("# TYPE ")), "")
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        head = typ + "\n" if typ.split(" ")[2:3] == [name] else ""
+        try:
+            out.extend(_names(head + line + "\n"))
+        except (ValueError, IndexError, TypeError):
+            b.problem("node", f"{where}:{i}", f"not Prometheus text: {line.strip()[:60]!r}")
+    return out
+
+
+def parse_dcgm(text: str, where: str = "dcgm-exporter") -> Snapshot:
+    """Parse one dcgm-exporter scrape. Raises ``ParseError`` when it holds no DCGM sample at all."""
+    b = SnapshotBuilder(SOURCE)
+    sums: dict[tuple[str, str], int] = {}
+    seen: set[tuple[str, str]] = set()
+    gpus: dict[str, None] = {}
+    driver: str | None = None
+    for s in _samples(text, where, b):
+        field = COMPAT.get(s.name, s.name)
+        if not field.startswith("DCGM_"):
+            continue
+        labels = s.labels
+        if labels.get("GPU_I_ID"):
+            continue
+        pci = normalize_pci(labels.get("pci_bus_id", "")) if labels.get("pci_bus_id") else None
+        if pci is None:
+            dev = labels.get("device") or (f"nvidia{labels['gpu']}" if _is_int(labels.get("gpu", "")) else "")
+            if not dev:
+                b.problem("node", where, f"sample {s.name} has neither pci_bus_id nor gpu/device labels")
+                continue
+            comp = f"gpu:{dev}"
+        else:
+            comp = gpu_component(pci)
+        if comp not in gpus:
+            gpus[comp] = None
+            for label, metric in LABEL_FIELDS.items():
+                if labels.get(label):
+                    b.add(comp, metric, labels[label])
+            driver = driver or labels.get("DCGM_FI_DRIVER_VERSION")
+        spec = FIELDS.get(field)
+        if spec is None:
+            continue
+        metric, kind = spec
+        v = s.value
+        if v is None or math.isnan(v) or math.isinf(v):
+            b.problem(comp, f"{where}: {s.name}", f"not a number: {v!r}")
+            continue
+        if kind == "sum":
+            sums[(comp, metric)] = sums.get((comp, metric), 0) + int(v)
+            continue
+        if (comp, metric) in seen:
+            continue
+        seen.add((comp, metric))
+        if kind == "float":
+            b.add(comp, metric, float(v))
+        elif kind == "bool":
+            b.add(comp, metric, v != 0)
+        else:
+            b.add(comp, metric, int(v))
+    for (comp, metric), total in sums.items():
+        b.add(comp, metric, total)
+    if not gpus:
+        raise ParseError("no DCGM_FI_* samples (is this a dcgm-exporter /metrics page?)", where)
+    if driver:
+        b.add("node", "driver_version", driver)
+    b.add("node", "gpu_count", len(gpus))
+    return b.build()

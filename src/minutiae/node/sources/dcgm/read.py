@@ -1,0 +1,41 @@
+"""Reads dcgm-exporter's Prometheus text from a URL (httpx) or a captured file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from minutiae.errors import InputError, SourceUnavailable
+from minutiae.model.snapshot import Snapshot
+from minutiae.node.sources.dcgm.parse import SOURCE, parse_dcgm
+
+if TYPE_CHECKING:
+    import httpx
+
+MAX_BYTES = 32 * 1024 * 1024
+
+
+def read_dcgm(where: str, timeout_s: float = 5.0, client: httpx.Client | None = None) -> Snapshot:
+    """``where`` is ``http(s)://host:9400/metrics`` or a file path. An unreachable exporter raises
+    ``SourceUnavailable``; an unreadable file ``InputError``; a page that is not dcgm-exporter
+    text ``ParseError`` (all naming ``where``)."""
+    if where.startswith(("http://", "https://")):
+        import httpx  # lazily: httpx pulls in rich; the node check must stay light
+
+        try:
+            if client is not None:
+                resp = client.get(where, timeout=timeout_s)
+            else:
+                with httpx.Client(timeout=timeout_s) as c:
+                    resp = c.get(where)
+        except httpx.HTTPError as exc:
+            raise SourceUnavailable(SOURCE, f"{where}: {exc.__class__.__name__}: {exc}") from None
+        if resp.status_code != 200:
+            raise SourceUnavailable(SOURCE, f"{where}: HTTP {resp.status_code}")
+        return parse_dcgm(resp.text[:MAX_BYTES], where)
+    try:
+        with open(Path(where), "rb") as fh:
+            data = fh.read(MAX_BYTES)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", where) from None
+    return parse_dcgm(data.decode("utf-8", errors="replace"), where)

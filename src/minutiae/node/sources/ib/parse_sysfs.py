@@ -1,0 +1,102 @@
+"""sysfs InfiniBand port files → observations on ``ib:<device>/<port>`` (pure).
+
+Input is what ``/sys/class/infiniband/<dev>/ports/<port>/`` holds, as ``{relative name: text}``
+(``state``, ``phys_state``, ``rate``, ``link_layer``, ``counters/<c>``, ``hw_counters/<c>``);
+a file that could not be read is passed as ``None`` and becomes a ``Problem`` naming its path.
+
+Metrics: ``state`` (``ACTIVE``, ``DOWN``, ``INIT``, ``ARMED``…) and ``state_code`` (4 = ACTIVE),
+``phys_state`` (``LinkUp``, ``Disabled``, ``Polling``…) and ``phys_state_code`` (5 = LinkUp),
+``rate_gbps`` (e.g. 400.0), ``width`` (lanes, 4 for ``4X``), ``speed`` (``NDR``, ``HDR``…),
+``link_layer`` (``InfiniBand``/``Ethernet``), every ``counters/<name>`` as ``<name>`` and every
+``hw_counters/<name>`` as ``hw_<name>`` (non-negative integers). Device attributes
+(``hca_type``, ``fw_ver``, ``board_id``, and ``pci`` — the HCA's PCI address from the
+``device`` link on a live node) go on the same component.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from minutiae.model.snapshot import SnapshotBuilder
+
+SOURCE = "sysfs-ib"
+_STATE = re.compile(r"^\s*(\d+)\s*:\s*([A-Za-z_]+)\s*$")
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec\s*(?:\((\d+)X\s*([A-Za-z0-9]*)\))?\s*$")
+
+
+def ib_component(device: str, port: str) -> str:
+    return f"ib:{device}/{port}"
+
+
+def parse_state(text: str) -> tuple[int, str] | None:
+    """``'4: ACTIVE'`` → ``(4, 'ACTIVE')``."""
+    m = _STATE.match(text)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+def parse_rate(text: str) -> tuple[float, int | None, str | None] | None:
+    """``'400 Gb/sec (4X NDR)'`` → ``(400.0, 4, 'NDR')``; ``'10 Gb/sec'`` → ``(10.0, None, None)``."""
+    m = _RATE.match(text)
+    if not m:
+        return None
+    width = int(m.group(2)) if m.group(2) else None
+    return float(m.group(1)), width, (m.group(3) or None)
+
+
+def parse_ib_port(
+    b: SnapshotBuilder,
+    device: str,
+    port: str,
+    files: Mapping[str, str | None],
+    where: str,
+    device_attrs: Mapping[str, str | None] | None = None,
+) -> None:
+    """Add the observations of one port to ``b``; ``where`` is the port directory (for messages)."""
+    comp = ib_component(device, port)
+    for name, text in (device_attrs or {}).items():
+        if text is not None and text.strip():
+            b.add(comp, name, text.strip())
+    for name in ("state", "phys_state"):
+        if name not in files:
+            b.problem(comp, f"{where}/{name}", "missing")
+            continue
+        text = files[name]
+        parsed = parse_state(text) if text is not None else None
+        if parsed is None:
+            b.problem(comp, f"{where}/{name}", "unreadable" if text is None else f"not '<code>: <name>': {text.strip()[:40]!r}")
+            continue
+        b.add(comp, f"{name}_code", parsed[0])
+        b.add(comp, name, parsed[1])
+    if "rate" in files:
+        text = files["rate"]
+        rate = parse_rate(text) if text is not None else None
+        if rate is None:
+            b.problem(comp, f"{where}/rate", "unreadable" if text is None else f"not '<n> Gb/sec (<w>X <speed>)': {text.strip()[:40]!r}")
+        else:
+            b.add(comp, "rate_gbps", rate[0])
+            if rate[1] is not None:
+                b.add(comp, "width", rate[1])
+            if rate[2]:
+                b.add(comp, "speed", rate[2])
+    else:
+        b.problem(comp, f"{where}/rate", "missing")
+    text = files.get("link_layer")
+    if text is not None and text.strip():
+        b.add(comp, "link_layer", text.strip())
+    for rel, text in sorted(files.items()):
+        group, _, counter = rel.partition("/")
+        if group not in ("counters", "hw_counters") or not counter:
+            continue
+        metric = counter if group == "counters" else f"hw_{counter}"
+        if text is None:
+            b.problem(comp, f"{where}/{rel}", "unreadable")
+            continue
+        t = text.strip()
+        if not (t.isascii() and t.isdigit()):
+            b.problem(comp, f"{where}/{rel}", f"not a non-negative integer: {t[:40]!r}")
+            continue
+        if len(t) > 20 or int(t) >= 1 << 64:
+            b.problem(comp, f"{where}/{rel}", f"not a 64-bit counter ({len(t)} digits)")
+            continue
+        b.add(comp, metric, int(t))

@@ -1,0 +1,35 @@
+"""Reads ``<proc_root>/uptime`` (the node's seconds since boot; the only I/O for it).
+
+``proc_root`` is ``/proc`` on a live node, or a directory standing in for it (tests, captures).
+The value feeds ``node.uptime_s`` in the counter rules (the boot grace of ``ib.port-down``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from minutiae.errors import SourceUnavailable
+from minutiae.node.sources.uptime.parse import parse_uptime
+
+SOURCE = "uptime"
+
+
+def read_uptime(proc_root: Path) -> float:
+    """Seconds since boot from ``<proc_root>/uptime``. Raises ``SourceUnavailable`` naming the
+    path when the file cannot be read or does not hold an uptime."""
+    path = proc_root / "uptime"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
+    try:
+        data = os.read(fd, 256)
+    except OSError as exc:
+        raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    value = parse_uptime(data)
+    if value is None:
+        raise SourceUnavailable(SOURCE, f"{path}: not an uptime ({data[:40]!r})")
+    return value

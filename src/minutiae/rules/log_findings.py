@@ -1,0 +1,234 @@
+"""Kernel-log events → findings (pure): each ``LogEvent`` gets the severity, action and message
+of its rule (``kernel_log.toml``), or of its code in the XID/SXID catalog.
+
+XID specifics (NVIDIA's catalog, see docs/rules.md):
+
+- codes not in the catalog give a finding that says "unknown XID N" with the catalog's
+  conservative ``[unknown]`` severity/action, never an error;
+- ``overrides`` refine by message text (Xid 154 names the recovery action it wants; NVLink5
+  Xids 144-150 say fatal / non-fatal);
+- Xid 45 ("preemptive cleanup, due to previous errors") follows Xid N: the one its message
+  names ("... caused by previous Xid 149", newer drivers), else the previous Xid on the same GPU
+  (within :data:`FOLLOW_WINDOW_S` when both have times): same severity and action, message
+  "follows Xid N"; solo it is an application-level event;
+- application-caused codes (13, 31, 43, 45, 137) never need more than ``restart_app`` on their
+  own, so they never drain a node.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from minutiae.model.findings import Finding, LogEvent, Scalar
+from minutiae.model.vocab import Action, Severity, Status
+from minutiae.rules.logs import (
+    CodeCatalog,
+    LogRule,
+    kernel_log_rules,
+    sxid_catalog,
+    xid_catalog,
+)
+
+FOLLOW_WINDOW_S = 300.0
+_CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
+_COMPONENT_PREFIX = {
+    "xid": "gpu", "gpu_off_bus": "gpu", "gsp_timeout": "gpu", "gpu_reset_required": "gpu",
+    "gpu_init_failed": "gpu", "nvlink_error": "gpu", "sxid": "nvswitch",
+    "fabric_manager": "nvswitch", "pcie_aer": "pcie", "nic_error": "nic", "ib_link": "nic",
+}
+
+
+class _SafeDict(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def _fmt(template: str, fields: Mapping[str, Any]) -> str:
+    try:
+        return template.format_map(_SafeDict(fields))
+    except (ValueError, IndexError, AttributeError, TypeError):
+        return template
+
+
+def _component(kind: str, pci: str | None) -> str | None:
+    prefix = _COMPONENT_PREFIX.get(kind)
+    return f"{prefix}:{pci}" if prefix and pci else None
+
+
+def _is_fatal(ev: LogEvent) -> bool | None:
+    for key in ("sxid_severity", "fm_severity"):
+        v = ev.attrs.get(key)
+        if isinstance(v, str):
+            return v.lower() == "fatal"
+    return None
+
+
+class LogFindingMapper:
+    """Stateful across one stream of events (Xid 45 needs the previous Xid per GPU)."""
+
+    def __init__(self, rules: Sequence[LogRule] | None = None, *, xid: CodeCatalog | None = None,
+                 sxid: CodeCatalog | None = None) -> None:
+        self.rules = {r.id: r for r in (kernel_log_rules() if rules is None else rules)}
+        self.xid = xid or xid_catalog()
+        self.sxid = sxid or sxid_catalog()
+        self._last_xid: dict[str | None, tuple[int, Severity, Action, float | None]] = {}
+
+    def finding(self, ev: LogEvent) -> Finding:
+        rule = self.rules.get(str(ev.attrs.get("rule", "")))
+        severity = rule.severity if rule else Severity.WARNING
+        action = rule.action if rule else Action.NONE
+        template = rule.message if rule else "{kind}: {message}"
+        fields: dict[str, Any] = {**ev.attrs, "kind": ev.kind, "code": ev.code,
+                                  "pci": ev.pci or "(PCI unknown)", "message": ev.message, "name": "?"}
+        attrs: dict[str, Scalar] = dict(ev.attrs)
+        t = ev.time.timestamp() if ev.time is not None else None
+        if rule is not None and rule.catalog == "xid":
+            severity, action, template = self._xid(ev, fields, attrs, template, t)
+        elif rule is not None and rule.catalog == "sxid":
+            severity, action, template = self._sxid(ev, fields, attrs, template)
+        if ev.uptime_s is not None:
+            attrs["uptime_s"] = ev.uptime_s
+        if ev.host:
+            attrs["host"] = ev.host
+        return Finding(
+            kind=ev.kind, severity=severity, action=action, message=_fmt(template, fields),
+            code=ev.code, pci=ev.pci, component=_component(ev.kind, ev.pci), line=ev.line,
+            line_no=ev.line_no, time=ev.time, rule=rule.id if rule else None, attrs=attrs,
+        )
+
+    def _xid(self, ev: LogEvent, fields: dict[str, Any], attrs: dict[str, Scalar],
+             template: str, t: float | None) -> tuple[Severity, Action, str]:
+        cat = self.xid
+        entry = cat.get(ev.code)
+        if entry is None:
+            attrs["unknown_code"] = True
+            return cat.unknown_severity, cat.unknown_action, cat.unknown_message
+        fields["name"] = entry.name
+        attrs["name"] = entry.name
+        attrs["nvidia_action"] = entry.nvidia_action
+        severity, action = entry.severity, entry.action
+        for pattern, sev, act in entry.overrides:
+            if pattern.search(ev.message):
+                severity, action = sev, act
+                break
+        if entry.follows_previous:
+            prev = self._last_xid.get(ev.pci)
+            named = _CAUSED_BY.search(ev.message)
+            if named is not None:  # newer drivers say which: "... caused by previous Xid 149"
+                code = int(named.group(1))
+                if prev is None or prev[0] != code:
+                    cause = cat.get(code)
+                    prev = (code, cause.severity, cause.action, t) if cause else (
+                        code, cat.unknown_severity, cat.unknown_action, t)
+            if prev is not None and (named is not None or t is None or prev[3] is None
+                                     or abs(t - prev[3]) <= FOLLOW_WINDOW_S):
+                code, severity, action, _ = prev
+                attrs["follows"] = code
+                return severity, action, template + f": follows Xid {code}"
+            attrs["solo"] = True
+            template += " (solo: NVIDIA's WORKFLOW_XID_45 says restart Fabric Manager)"
+        if entry.app_caused and action.drains:
+            action = Action.RESTART_APP
+        if entry.app_caused:
+            attrs["app_caused"] = True
+        if not entry.follows_previous and ev.code is not None:
+            self._last_xid[ev.pci] = (ev.code, severity, action, t)
+        return severity, action, template
+
+    def _sxid(self, ev: LogEvent, fields: dict[str, Any], attrs: dict[str, Scalar],
+              template: str) -> tuple[Severity, Action, str]:
+        cat = self.sxid
+        fatal = _is_fatal(ev)
+        entry = cat.get(ev.code)
+        if entry is not None:
+            fields["name"] = entry.name
+            attrs["name"] = entry.name
+            if fatal is None and ev.kind == "sxid":  # a detail line of the same SXid burst
+                return Severity.INFO, Action.NONE, template + " (detail)"
+            return entry.severity, entry.action, template
+        attrs["unknown_code"] = True
+        severity, action = cat.unknown_severity, cat.unknown_action
+        if fatal and cat.fatal_severity is not None and cat.fatal_action is not None:
+            severity, action = max(severity, cat.fatal_severity), max(action, cat.fatal_action)
+        elif fatal is None and ev.kind == "sxid":
+            severity, action = Severity.INFO, Action.NONE
+        return severity, action, cat.unknown_message
+
+
+def findings_from_events(events: Iterable[LogEvent], *,
+                         rules: Sequence[LogRule] | None = None) -> Iterator[Finding]:
+    """Map each kernel-log event to a Finding (severity, action, rule id, catalog name)."""
+    mapper = LogFindingMapper(rules)
+    for ev in events:
+        yield mapper.finding(ev)
+
+
+def scan_chunks(chunks: Iterable[bytes], *, year: int | None = None,
+                rules: Sequence[LogRule] | None = None) -> Iterator[Finding]:
+    """Kernel-log bytes (as a source streams them) → findings: parser, then rules/catalogs."""
+    from minutiae.node.sources.kernel_log.parse import KernelLogParser
+
+    parser = KernelLogParser(rules, year=year)
+    return findings_from_events(parser.parse_chunks(chunks), rules=parser.rules)
+
+
+def nagios_status(findings: Iterable[Finding]) -> Status:
+    """Exit status by the worst finding: none/info → OK, warning → WARNING, error/critical →
+    CRITICAL."""
+    worst = max((f.severity for f in findings), default=Severity.INFO)
+    if worst >= Severity.ERROR:
+        return Status.CRITICAL
+    return Status.WARNING if worst is Severity.WARNING else Status.OK
+
+
+@dataclass(frozen=True, slots=True)
+class FindingGroup:
+    """Findings with the same kind, code, PCI address, severity, action and rule, counted.
+
+    ``first``/``last`` are the earliest/latest wall-clock times (None when the log has only
+    uptimes); ``first_line_no`` is where the group starts; ``message`` is its first message."""
+
+    kind: str
+    code: int | None
+    pci: str | None
+    severity: Severity
+    action: Action
+    count: int
+    first: datetime | None
+    last: datetime | None
+    first_line_no: int | None
+    message: str
+    name: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "code": self.code, "pci": self.pci, "name": self.name,
+            "severity": self.severity.label, "action": self.action.label, "count": self.count,
+            "first": self.first.isoformat() if self.first else None,
+            "last": self.last.isoformat() if self.last else None,
+            "first_line_no": self.first_line_no, "message": self.message,
+        }
+
+
+def summarize(findings: Iterable[Finding]) -> list[FindingGroup]:
+    """Group findings (worst first, then by first appearance) — a burst of 600 Xid 13 on one
+    GPU is one row with a count."""
+    groups: dict[tuple[Any, ...], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.kind, f.code, f.pci, f.severity, f.action, f.rule), []).append(f)
+    out: list[FindingGroup] = []
+    for (kind, code, pci, sev, act, _), fs in groups.items():
+        times = [f.time for f in fs if f.time is not None]
+        name = fs[0].attrs.get("name")
+        out.append(FindingGroup(
+            kind=kind, code=code, pci=pci, severity=sev, action=act, count=len(fs),
+            first=min(times) if times else None, last=max(times) if times else None,
+            first_line_no=fs[0].line_no, message=fs[0].message,
+            name=name if isinstance(name, str) else None,
+        ))
+    out.sort(key=lambda g: (-g.severity, -g.action, g.first_line_no or 0))
+    return out

@@ -1,0 +1,377 @@
+"""``SchedulerBackend`` for Kubernetes, through the API server with httpx.
+
+A drain is, on the Node object:
+
+- ``spec.unschedulable: true`` (what ``kubectl cordon`` does) and a ``minutiae.io/unhealthy``
+  ``NoSchedule`` taint (kept even if someone runs ``kubectl uncordon`` by hand);
+- ownership annotations ``minutiae.io/cordoned-by: minutiae``, ``minutiae.io/reason``,
+  ``minutiae.io/since``: resume only ever undoes a cordon carrying them, never an admin's;
+- a node condition ``MinutiaeUnhealthy`` (node-problem-detector style, written to the ``status``
+  subresource with a strategic merge patch) whose message is the reason;
+- an Event on the node (``kubectl describe node`` shows it);
+- optionally the eviction of the node's pods through the Eviction API, which honours
+  PodDisruptionBudgets: a 429 means "not now", the pod stays and is reported as held.
+
+Spec and annotation changes are JSON merge patches carrying ``metadata.resourceVersion``, so a
+concurrent edit (an admin cordoning at the same moment) makes the write fail with 409 and it is
+re-read, never overwritten. Every operation is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time as _time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from minutiae.clock import Clock
+from minutiae.errors import BackendError, ValidationError
+from minutiae.schedulers.base import NodeSchedState, NodeState, make_reason, validate_node
+from minutiae.schedulers.kubernetes.config import KubeConfig, load_in_cluster, load_kubeconfig
+from minutiae.schedulers.kubernetes.http import STRATEGIC, KubeAPIError, KubeClient
+
+log = logging.getLogger("minutiae.kubernetes")
+DOMAIN = "minutiae.io"
+TAINT_KEY = f"{DOMAIN}/unhealthy"
+OWNER_KEY = f"{DOMAIN}/cordoned-by"
+OWNER = "minutiae"
+REASON_KEY = f"{DOMAIN}/reason"
+SINCE_KEY = f"{DOMAIN}/since"
+CONDITION = "MinutiaeUnhealthy"
+_CONFLICT_RETRIES = 5
+LIST_PAGE = 500
+_KEY_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def rfc3339(epoch: float) -> str:
+    return _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(epoch))
+
+
+def annotation_key(key: str) -> str:
+    """A valid annotation key; a bare name goes under ``minutiae.io/``."""
+    prefix, _, name = key.rpartition("/")
+    if not prefix:
+        prefix = DOMAIN
+    if (not name or len(name) > 63 or not set(name) <= _KEY_OK or not name[0].isalnum()
+            or not name[-1].isalnum() or len(prefix) > 253
+            or not set(prefix) <= _KEY_OK - {"_"} or not prefix[0].isalnum()):
+        raise ValidationError(f"invalid annotation key {key!r}")
+    return f"{prefix}/{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionReport:
+    """What evicting a node's pods did: ``evicted`` pods were accepted by the Eviction API;
+    ``held`` were refused with 429 (a PodDisruptionBudget allows no disruption now: retry
+    later, the node stays cordoned); ``failed`` were refused for another reason. Names are
+    ``namespace/name``; held and failed carry the API server's message."""
+
+    node: str
+    evicted: tuple[str, ...] = ()
+    held: tuple[tuple[str, str], ...] = ()
+    failed: tuple[tuple[str, str], ...] = ()
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        return not self.held and not self.failed
+
+
+def _is_ours(node: dict[str, Any]) -> bool:
+    return bool(node.get("metadata", {}).get("annotations", {}).get(OWNER_KEY) == OWNER)
+
+
+def _taints(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(node.get("spec", {}).get("taints") or [])
+
+
+def _has_our_taint(node: dict[str, Any]) -> bool:
+    return any(t.get("key") == TAINT_KEY for t in _taints(node))
+
+
+def _movable(pod: dict[str, Any]) -> bool:
+    """Pods a drain moves: not DaemonSet-owned, not mirror/static, not finished, not deleting."""
+    meta = pod.get("metadata", {})
+    if meta.get("deletionTimestamp"):
+        return False
+    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        return False
+    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+        return False
+    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def job_of(pod: dict[str, Any]) -> str:
+    """The job a pod belongs to, for the per-job budget: its controlling owner
+    (``namespace/Kind/name``: a Job, JobSet, PyTorchJob, StatefulSet …, so the pods of one
+    distributed job on several nodes count as one job), else the pod itself (``namespace/name``)."""
+    meta = pod.get("metadata", {})
+    ns = meta.get("namespace")
+    for o in meta.get("ownerReferences") or []:
+        if o.get("controller"):
+            return f"{ns}/{o.get('kind')}/{o.get('name')}"
+    return f"{ns}/{meta.get('name')}"
+
+
+def _node_state(node: str, obj: dict[str, Any], movable_pods: list[dict[str, Any]]) -> NodeState:
+    """A Node object (and its movable pods) as ``NodeState``: cordoned or carrying our taint →
+    DRAINING while pods remain, else DRAINED; Ready condition not True → DOWN; ``jobs`` are the
+    jobs of its pods (:func:`job_of`)."""
+    ours = _is_ours(obj)
+    cordoned = bool(obj.get("spec", {}).get("unschedulable"))
+    out = cordoned or (ours and _has_our_taint(obj))
+    pods = tuple(dict.fromkeys(job_of(p) for p in movable_pods))
+    ready = [c for c in obj.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]
+    if out:
+        st = NodeSchedState.DRAINING if pods else NodeSchedState.DRAINED
+    elif ready and ready[0].get("status") != "True":
+        st = NodeSchedState.DOWN
+    else:
+        st = NodeSchedState.AVAILABLE
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    reason = annotations.get(REASON_KEY) if ours else None
+    return NodeState(node, st, reason=reason, ours=ours and out, jobs=pods)
+
+
+@dataclass
+class KubernetesBackend:
+    """Drain/resume/annotate/state through the Kubernetes API (see the module docstring).
+
+    ``evict``: also evict the node's movable pods on drain (PDB-aware); reports are kept in
+    ``evictions`` by node. ``event_namespace``: where Node events are written.
+    """
+
+    config: KubeConfig
+    clock: Clock
+    evict: bool = False
+    event_namespace: str = "default"
+    impersonate: str | None = None
+    transport: httpx.BaseTransport | None = None
+    timeout: float = 10.0
+    name: str = "kubernetes"
+    evictions: dict[str, EvictionReport] = field(default_factory=dict)
+    _client: KubeClient | None = field(default=None, repr=False)
+    _eviction_version: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_kubeconfig(cls, path: str, clock: Clock, context: str | None = None,
+                        **kw: Any) -> KubernetesBackend:
+        return cls(load_kubeconfig(path, context), clock, **kw)
+
+    @classmethod
+    def in_cluster(cls, clock: Clock, root: str = "/", **kw: Any) -> KubernetesBackend:
+        return cls(load_in_cluster(root), clock, **kw)
+
+    @property
+    def api(self) -> KubeClient:
+        if self._client is None:
+            self._client = KubeClient(self.config, impersonate=self.impersonate,
+                                      transport=self.transport, timeout=self.timeout)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- reading ---------------------------------------------------------------------------
+    def _node(self, node: str) -> dict[str, Any]:
+        validate_node(node)
+        try:
+            return self.api.get(f"/api/v1/nodes/{node}")
+        except KubeAPIError as exc:
+            if exc.status == 404:
+                raise BackendError(f"kubernetes: unknown node {node}") from None
+            raise
+
+    def _list(self, path: str, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Every item of a collection, in pages of ``LIST_PAGE`` (``limit``/``continue``)."""
+        items: list[dict[str, Any]] = []
+        q = {**(params or {}), "limit": str(LIST_PAGE)}
+        while True:
+            body = self.api.get(path, params=q)
+            items.extend(body.get("items") or [])
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            q = {**q, "continue": str(token)}
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        validate_node(node)
+        return self._list("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"})
+
+    def state(self, node: str) -> NodeState:
+        obj = self._node(node)
+        return _node_state(node, obj, [p for p in self.pods_on(node) if _movable(p)])
+
+    def states(self, nodes: Sequence[str]) -> dict[str, NodeState]:
+        """Bulk ``state`` (the controller uses it when present): one node list and one pod
+        list for the whole fleet. Nodes the API server does not know are left out."""
+        wanted = {validate_node(n) for n in nodes}
+        items = self._list("/api/v1/nodes")
+        pods = self._list("/api/v1/pods", {
+            "fieldSelector": "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"})
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for p in pods:
+            if _movable(p):
+                by_node.setdefault(str(p.get("spec", {}).get("nodeName")), []).append(p)
+        out: dict[str, NodeState] = {}
+        for obj in items:
+            name = str(obj.get("metadata", {}).get("name"))
+            if name in wanted:
+                out[name] = _node_state(name, obj, by_node.get(name, []))
+        return out
+
+    # -- writing ---------------------------------------------------------------------------
+    def _merge(self, node: str, build: Callable[[dict[str, Any]], dict[str, Any] | None]) -> bool:
+        """Read-modify-write with the resourceVersion precondition; ``build(obj)`` returns the
+        merge patch or None for "nothing to do". Returns whether a patch was written."""
+        for _ in range(_CONFLICT_RETRIES):
+            obj = self._node(node)
+            patch = build(obj)
+            if patch is None:
+                return False
+            patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            try:
+                self.api.patch(f"/api/v1/nodes/{node}", patch)
+            except KubeAPIError as exc:
+                if exc.status == 409:
+                    continue
+                raise
+            return True
+        raise BackendError(f"kubernetes: node {node} kept changing under us (409 x{_CONFLICT_RETRIES})")
+
+    def _sync_condition(self, node: str, active: bool, reason: str, message: str,
+                        event_reason: str, event_text: str, event_type: str) -> None:
+        """Set our node condition if it differs; an Event marks each change (so a retry after a
+        failure finishes the job and a repeat writes nothing)."""
+        obj = self._node(node)
+        cur = [c for c in obj.get("status", {}).get("conditions") or [] if c.get("type") == CONDITION]
+        want = "True" if active else "False"
+        if cur and cur[0].get("status") == want and cur[0].get("message") == message:
+            return
+        if not cur and not active:
+            return  # never drained by us: nothing to clear
+        now = rfc3339(self.clock.now())
+        since = cur[0].get("lastTransitionTime") if cur and cur[0].get("status") == want else now
+        cond = {"type": CONDITION, "status": want, "reason": reason, "message": message,
+                "lastHeartbeatTime": now, "lastTransitionTime": since or now}
+        self.api.patch(f"/api/v1/nodes/{node}/status", {"status": {"conditions": [cond]}},
+                       content_type=STRATEGIC)
+        self._event(node, str(obj["metadata"].get("uid", "")), event_reason, event_text, event_type)
+
+    def _event(self, node: str, uid: str, reason: str, message: str, kind: str) -> None:
+        now = self.clock.now()
+        ts = rfc3339(now)
+        ns = self.event_namespace
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{node}.{int(now * 1e6):x}.{uuid.uuid4().hex[:8]}",
+                         "namespace": ns},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
+            "reason": reason, "message": message, "type": kind,
+            "source": {"component": "minutiae"},
+            "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+        }
+        self.api.post(f"/api/v1/namespaces/{quote(ns, safe='')}/events", body)
+
+    def drain(self, node: str, reason: str) -> None:
+        text = make_reason(reason)
+        since = rfc3339(self.clock.now())
+
+        def build(obj: dict[str, Any]) -> dict[str, Any] | None:
+            cordoned = bool(obj.get("spec", {}).get("unschedulable"))
+            ours = _is_ours(obj)
+            if cordoned and not ours:
+                return None  # an admin's cordon: leave it and its reason alone
+            ann = obj.get("metadata", {}).get("annotations") or {}
+            if cordoned and ours and _has_our_taint(obj) and ann.get(REASON_KEY) == text:
+                return None  # already done
+            taints = _taints(obj)
+            if not _has_our_taint(obj):
+                taints.append({"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"})
+            return {"metadata": {"annotations": {OWNER_KEY: OWNER, REASON_KEY: text,
+                                                 SINCE_KEY: ann.get(SINCE_KEY) or since}},
+                    "spec": {"unschedulable": True, "taints": taints}}
+
+        self._merge(node, build)
+        if not _is_ours(self._node(node)):
+            return  # an admin's cordon
+        self._sync_condition(node, True, "MinutiaeDrain", text, "MinutiaeCordon",
+                             f"cordoned and tainted {TAINT_KEY}: {text}", "Warning")
+        if self.evict:
+            rep = self.evictions[node] = self.evict_pods(node)
+            for pod, why in (*rep.held, *rep.failed):
+                log.warning("kubernetes: %s: pod %s not evicted: %s", node, pod, why)
+
+    def resume(self, node: str) -> None:
+        def build(obj: dict[str, Any]) -> dict[str, Any] | None:
+            cordoned = bool(obj.get("spec", {}).get("unschedulable"))
+            ours = _is_ours(obj)
+            if cordoned and not ours:
+                raise BackendError(f"kubernetes: refusing to uncordon {node}: the cordon is not "
+                                   f"ours (no {OWNER_KEY}: {OWNER} annotation)")
+            if not ours and not _has_our_taint(obj):
+                return None  # nothing of ours on it
+            spec: dict[str, Any] = {"taints": [t for t in _taints(obj) if t.get("key") != TAINT_KEY]}
+            if cordoned:
+                spec["unschedulable"] = None
+            return {"metadata": {"annotations": {OWNER_KEY: None, REASON_KEY: None, SINCE_KEY: None}},
+                    "spec": spec}
+
+        self._merge(node, build)
+        self._sync_condition(node, False, "MinutiaeResumed", "returned to service by minutiae",
+                             "MinutiaeUncordon", "uncordoned and untainted by minutiae", "Normal")
+
+    def annotate(self, node: str, key: str, value: str) -> None:
+        k = annotation_key(key)
+        validate_node(node)
+
+        def build(obj: dict[str, Any]) -> dict[str, Any] | None:
+            if (obj.get("metadata", {}).get("annotations") or {}).get(k) == value:
+                return None
+            return {"metadata": {"annotations": {k: str(value)}}}
+
+        self._merge(node, build)
+
+    # -- eviction --------------------------------------------------------------------------
+    def _eviction_api(self) -> str:
+        if self._eviction_version is None:
+            # policy/v1 Eviction from Kubernetes 1.22; older servers take policy/v1beta1
+            self._eviction_version = "policy/v1" if self.api.exists("/apis/policy/v1") else "policy/v1beta1"
+        return self._eviction_version
+
+    def evict_pods(self, node: str) -> EvictionReport:
+        """Ask the Eviction API to move every movable pod off ``node`` (PDB-respecting)."""
+        evicted: list[str] = []
+        held: list[tuple[str, str]] = []
+        failed: list[tuple[str, str]] = []
+        skipped: list[str] = []
+        version = self._eviction_api()
+        for pod in self.pods_on(node):
+            meta = pod.get("metadata", {})
+            ns, name = str(meta.get("namespace")), str(meta.get("name"))
+            ref = f"{ns}/{name}"
+            if not _movable(pod):
+                skipped.append(ref)
+                continue
+            body = {"apiVersion": version, "kind": "Eviction",
+                    "metadata": {"name": name, "namespace": ns}}
+            try:
+                self.api.post(f"/api/v1/namespaces/{quote(ns, safe='')}/pods/{quote(name, safe='')}"
+                              "/eviction", body)
+            except KubeAPIError as exc:
+                if exc.status == 429:
+                    held.append((ref, str(exc)))
+                elif exc.status == 404:
+                    skipped.append(ref)  # already gone
+                else:
+                    failed.append((ref, str(exc)))
+                continue
+            evicted.append(ref)
+        return EvictionReport(node, tuple(evicted), tuple(held), tuple(failed), tuple(skipped))

@@ -1,0 +1,87 @@
+"""``minutiae eval``: run the detector registry over a dataset and score it against the truth.
+
+The ``all`` scorecard scores the union of every available detector's detections (what an
+operator running the whole of minutiae would see); each detector also gets its own card.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from minutiae.scoring.score import Detection, Scorecard, ScoreParams, merge_alarms, score
+from minutiae.sim.dataset import Dataset, load_dataset
+from minutiae.sim.eval.detectors.analyses import DetectorResult, run_detectors
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """The outcome of eval: the dataset, every detector's result and scorecard, and the union."""
+
+    dataset: Dataset
+    detectors: tuple[DetectorResult, ...]
+    cards: tuple[Scorecard, ...]
+    overall: Scorecard
+    params: ScoreParams
+
+    def drains(self) -> list[dict[str, Any]]:
+        """What would have been drained and why, with the truth that explains it (or not)."""
+        from minutiae.scoring.score import _Index
+
+        idx = _Index(self.dataset.truth)
+        dets = [d for r in self.detectors for d in r.detections]
+        out = []
+        seen: dict[str | None, float] = {}
+        for a in merge_alarms(dets, self.params):
+            if not a.drain:
+                continue
+            if a.node in seen and a.time - seen[a.node] <= self.params.merge_s:
+                continue
+            seen[a.node] = a.time
+            t = idx.match(a, self.params)
+            verdict = "right" if (t is not None and t.harmful and t.expect_drain) else "wrong"
+            out.append({"node": a.node, "time": a.time, "detector": a.detector, "kind": a.key,
+                        "reason": a.reason, "truth": t.cls if t is not None else None,
+                        "truth_id": t.id if t is not None else None, "verdict": verdict})
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        ds = self.dataset
+        return {
+            "dataset": {"path": str(ds.root), "nodes": len(ds.fleet), "gpus_per_node": ds.gpus,
+                        "days": round((ds.end - ds.start) / 86400.0, 4), "seed": ds.meta.get("seed"),
+                        "node_days": round(ds.node_days, 3), "jobs": len(ds.jobs),
+                        "faults": sum(1 for t in ds.truth if t.harmful),
+                        "benign": sum(1 for t in ds.truth if not t.harmful)},
+            "detectors": [r.to_json() for r in self.detectors],
+            "overall": self.overall.to_json(),
+            "per_detector": {c.detector: c.to_json() for c in self.cards},
+            "drains": self.drains(),
+        }
+
+
+#: from this many node-days on, eval runs its detectors in ``min(2, CPUs)`` worker processes
+#: (clean forkserver workers: no thread pool is inherited); below, in this process (a worker's
+#: start and imports cost more than a small dataset's detectors)
+PARALLEL_NODE_DAYS = 100.0
+
+
+def default_jobs(ds: Dataset) -> int:
+    return min(2, os.cpu_count() or 1) if ds.node_days >= PARALLEL_NODE_DAYS else 1
+
+
+def evaluate(root: Path | str, detectors: Iterable[str] | None = None,
+             progress: Callable[[str], None] | None = None, jobs: int | None = None) -> Evaluation:
+    """``jobs``: worker processes for the detectors (None: ``default_jobs``; 1: this process)."""
+    ds = load_dataset(root)
+    jobs = default_jobs(ds) if jobs is None else jobs
+    params = ScoreParams.from_cost(ds.meta.get("cost", {}), ds.gpus)
+    results = tuple(run_detectors(ds, detectors, progress, jobs))
+    cards = tuple(score(ds.truth, r.detections, ds.node_days, params, r.name)
+                  for r in results if r.available)
+    union: list[Detection] = [d for r in results for d in r.detections]
+    overall = score(ds.truth, union, ds.node_days, params, "all")
+    return Evaluation(ds, results, cards, overall, params)
