@@ -18,7 +18,7 @@ from minutiae.schedulers.kubernetes.backend import TAINT_KEY, KubernetesBackend
 from minutiae.schedulers.kubernetes.http import KubeAPIError, KubeClient
 from minutiae.testing import FakeClock
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 FILES = ["namespace.yaml", "rbac.yaml", "controller.yaml", "agent-daemonset.yaml"]
 CONTROLLER_SA = "system:serviceaccount:minutiae:minutiae-controller"
 AGENT_SA = "system:serviceaccount:minutiae:minutiae-agent"

@@ -16,7 +16,7 @@ from minutiae.cli.main import main
 from minutiae.errors import SourceUnavailable
 from minutiae.node.sources.kernel_log.read_stream import iter_kernel_log
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 XID119 = "kernel_logs/gpud/components_accelerator_nvidia_xid__dmesg-with-xid-119.log"
 
 
