@@ -19,9 +19,11 @@ venv: $(BIN)/minutiae
 demo: venv
 	$(BIN)/minutiae demo
 
+# ruff (incl. complexity), mypy --strict, and the architecture contracts in .importlinter
 lint: venv
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 services: venv
 	scripts/services/up.sh $(SERVICES)
@@ -35,8 +37,7 @@ test: venv
 	@set -e; scripts/services/up.sh $(SERVICES); \
 	trap 'scripts/services/down.sh $(SERVICES)' EXIT; \
 	. $(SERVICES)/env; export MINUTIAE_REQUIRE_SERVICES=1; \
-	$(BIN)/ruff check src tests bench; \
-	$(BIN)/mypy; \
+	$(MAKE) --no-print-directory lint; \
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # The suite without the real services (their tests skip, naming what is missing).
