@@ -153,56 +153,69 @@ def emit_gpu(
     A value that is present but neither a number nor N/A becomes a ``Problem`` naming the field.
     """
     for metric, candidates in paths.items():
-        raw = None
-        used = ""
-        for path in candidates:
-            raw = get(path)
-            if raw is not None:
-                used = path
-                break
+        _emit_field(b, comp, where, get, metric, candidates)
+    for metric, groups in sums.items():
+        _emit_sum(b, comp, where, get, metric, groups)
+    if reasons:
+        _emit_reasons(b, comp, where, reasons)
+
+
+def _emit_field(b: SnapshotBuilder, comp: str, where: str, get: Getter, metric: str,
+                candidates: tuple[str, ...]) -> None:
+    """One metric from the first of its candidate paths that is present."""
+    raw = None
+    used = ""
+    for path in candidates:
+        raw = get(path)
+        if raw is not None:
+            used = path
+            break
+    if raw is None or _is_na(raw):
+        return
+    if metric in _STRINGS:
+        b.add(comp, metric, raw.strip())
+        return
+    conv: Callable[[str], Scalar] = (
+        _yes_no if metric in _BOOLS else (_number if metric in _FLOATS else _integer))
+    value = conv(raw)
+    if value is None:
+        b.problem(comp, f"{where}: {used}", f"not a {'yes/no' if metric in _BOOLS else 'number'}: {raw.strip()[:40]!r}")
+        return
+    b.add(comp, metric, value)
+
+
+def _emit_sum(b: SnapshotBuilder, comp: str, where: str, get: Getter, metric: str,
+              groups: tuple[tuple[str, ...], ...]) -> None:
+    """An ECC total: the first group of paths with any number, summed."""
+    for group in groups:
+        raws = [get(p) for p in group]
+        if all(_is_na(r) for r in raws):
+            continue
+        bad = [p for p, r in zip(group, raws, strict=True) if not _is_na(r) and _integer(r or "") is None]
+        if bad:
+            b.problem(comp, f"{where}: {bad[0]}", f"not a number: {(get(bad[0]) or '').strip()[:40]!r}")
+            return
+        b.add(comp, metric, sum(_integer(r or "") or 0 for r in raws if not _is_na(r)))
+        return
+
+
+def _emit_reasons(b: SnapshotBuilder, comp: str, where: str,
+                  reasons: Mapping[str, str | None]) -> None:
+    """The clock-event reasons bitmask from Active/Not Active fields."""
+    mask = 0
+    seen = False
+    for name, raw in reasons.items():
         if _is_na(raw):
             continue
-        assert raw is not None
-        conv: Callable[[str], Scalar]
-        if metric in _STRINGS:
-            b.add(comp, metric, raw.strip())
+        flag = _yes_no(raw or "")
+        if flag is None:
+            b.problem(comp, f"{where}: clock event reason {name}", f"not Active/Not Active: {raw!r}")
             continue
-        conv = _yes_no if metric in _BOOLS else (_number if metric in _FLOATS else _integer)
-        value = conv(raw)
-        if value is None:
-            b.problem(comp, f"{where}: {used}", f"not a {'yes/no' if metric in _BOOLS else 'number'}: {raw.strip()[:40]!r}")
-            continue
-        b.add(comp, metric, value)
-    for metric, groups in sums.items():
-        for group in groups:
-            raws = [get(p) for p in group]
-            if all(_is_na(r) for r in raws):
-                continue
-            total = 0
-            bad = [p for p, r in zip(group, raws, strict=True) if not _is_na(r) and _integer(r or "") is None]
-            if bad:
-                b.problem(comp, f"{where}: {bad[0]}", f"not a number: {(get(bad[0]) or '').strip()[:40]!r}")
-                break
-            for r in raws:
-                if not _is_na(r):
-                    total += _integer(r or "") or 0
-            b.add(comp, metric, total)
-            break
-    if reasons:
-        mask = 0
-        seen = False
-        for name, raw in reasons.items():
-            if _is_na(raw):
-                continue
-            flag = _yes_no(raw or "")
-            if flag is None:
-                b.problem(comp, f"{where}: clock event reason {name}", f"not Active/Not Active: {raw!r}")
-                continue
-            seen = True
-            if flag:
-                mask |= REASONS[name]
-        if seen:
-            b.add(comp, "clock_event_reasons", mask)
+        seen = True
+        if flag:
+            mask |= REASONS[name]
+    if seen:
+        b.add(comp, "clock_event_reasons", mask)
 
 
 _STRINGS = frozenset({"name", "uuid", "vbios_version", "driver_version"})
