@@ -1,6 +1,9 @@
 """Shared test fixtures.
 
-- ``realdata``: ../shared/realdata read in place (tests skip, naming the path, when it is absent).
+- ``realdata`` / ``reference``: real captures, read from ``tests/data`` (vendored: the files whose
+  licence allows it, see tests/data/SOURCES.md) first, then from ../shared in place. A file in
+  neither skips its test, naming the file; so a clean clone without ../shared runs every test
+  whose data is vendored.
 - ``slurm_conf`` / ``prom_url`` / ``kubeconfig``: the real services started by ``make test``
   (scripts/services/up.sh). Without them the tests skip with a message; under ``make test``
   (MINUTIAE_REQUIRE_SERVICES=1) a missing service fails the test instead of skipping it.
@@ -24,20 +27,39 @@ REFERENCE = SHARED / "reference"
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def _require(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"missing {path} (../shared is not beside this clone)")
-    return path
+class DataRoot(type(Path())):  # type: ignore[misc]
+    """A data folder whose children are looked up in each of ``roots`` in turn (``tests/data``
+    first, then ../shared); a child in none of them skips the test, naming it. The folder itself
+    is the first root that exists, so ``glob``/``iterdir`` on it list the vendored copy."""
+
+    roots: tuple[Path, ...] = ()
+
+    def __truediv__(self, key: str | os.PathLike[str]) -> Path:
+        return self.joinpath(key)
+
+    def joinpath(self, *parts: str | os.PathLike[str]) -> Path:
+        for root in self.roots:
+            path = root.joinpath(*parts)
+            if path.exists():
+                return path
+        name = Path(*parts).as_posix()
+        pytest.skip(f"missing {name}: not vendored in tests/data (licence, see tests/data/SOURCES.md)"
+                    f" and not in {self.roots[-1]} (../shared is not beside this clone)")
+
+
+def _data_root(name: str, *roots: Path) -> Path:
+    cls = type(name, (DataRoot,), {"roots": roots})
+    return cls(next((r for r in roots if r.exists()), roots[-1]))  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")
 def realdata() -> Path:
-    return _require(REALDATA)
+    return _data_root("RealData", DATA / "realdata", REALDATA)
 
 
 @pytest.fixture(scope="session")
 def reference() -> Path:
-    return _require(REFERENCE)
+    return _data_root("Reference", DATA / "reference", REFERENCE)
 
 
 def _service(var: str, what: str) -> str:
