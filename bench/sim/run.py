@@ -149,7 +149,9 @@ def main() -> None:
     ap.add_argument("--mem-limit", type=float, default=6.0, help="GiB per alone-detector eval")
     ap.add_argument("--no-alone", action="store_true", help="skip the per-detector eval runs")
     a = ap.parse_args()
-    from minutiae.sim.eval.detectors.analyses import DETECTORS
+    from minutiae.sim.eval.detectors import detectors
+
+    DETECTORS = detectors()
 
     work = Path(tempfile.mkdtemp(prefix="minutiae-bench-sim-"))
     sims: list[Measure] = []

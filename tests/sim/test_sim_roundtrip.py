@@ -14,7 +14,7 @@ from minutiae.scoring.score import KIND_CLASSES, Detection
 from minutiae.scoring.truth import TruthEvent
 from minutiae.sim.api import run_sim
 from minutiae.sim.dataset import Dataset, load_dataset
-from minutiae.sim.eval.detectors.analyses import run_detectors
+from minutiae.sim.eval.run import run_detectors
 from minutiae.sim.world.profile import load_profile
 
 NODES, DAYS = 32, 1.0

@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minutiae.sim.eval.detectors.node import _node_runs
+from minutiae.sim.eval.detectors.telemetry import _node_runs
 
 
 def _rows(nodes: int, samples: int, gpus: int) -> pa.Table:

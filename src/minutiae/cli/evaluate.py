@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from minutiae.sim.eval.detectors.analyses import DETECTORS
+from minutiae.sim.eval.detectors import detectors as registered
 from minutiae.sim.eval.evaluate import evaluate
 from minutiae.sim.eval.report_text import console, scorecard
 
@@ -16,7 +16,7 @@ from minutiae.sim.eval.report_text import console, scorecard
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="one JSON object (for machines)")
 @click.option("--detector", "detectors", multiple=True,
-              type=click.Choice([d.name for d in DETECTORS]), help="only these detectors")
+              type=click.Choice([d.name for d in registered()]), help="only these detectors")
 @click.option("--jobs", type=click.IntRange(1, 64), default=None,
               help="run the detectors in N worker processes (default: 2 from 100 node-days on, "
                    "else 1: in this process)")

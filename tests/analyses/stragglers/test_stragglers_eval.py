@@ -124,7 +124,8 @@ def test_eval_counts_crashed_jobs_in_the_status(tmp_path, monkeypatch: pytest.Mo
     import minutiae.analyses.stragglers.analysis as stragglers_mod
     from minutiae.sim.api import run_sim
     from minutiae.sim.dataset import load_dataset
-    from minutiae.sim.eval.detectors.analyses import Failure, run_detectors
+    from minutiae.sim.eval.detectors import Failure
+    from minutiae.sim.eval.run import run_detectors
 
     run_sim(tmp_path / "ds", nodes=4, gpus_per_node=8, days=0.3, seed=3)
     ds = load_dataset(tmp_path / "ds")

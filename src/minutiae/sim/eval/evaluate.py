@@ -14,7 +14,8 @@ from typing import Any
 
 from minutiae.scoring.score import Detection, Scorecard, ScoreParams, merge_alarms, score
 from minutiae.sim.dataset import Dataset, load_dataset
-from minutiae.sim.eval.detectors.analyses import DetectorResult, run_detectors
+from minutiae.sim.eval.detectors import DetectorResult
+from minutiae.sim.eval.run import run_detectors
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,14 +1,29 @@
-"""Shared pieces of the eval detectors: the spec/result types, the per-run context (policy,
-maintenance windows) and the active-condition tracker."""
+"""The eval detector contract and its registry.
+
+A detector is one module in this package whose run function turns a dataset into detections,
+registered in one line::
+
+    @register("regress", what="...", needs=("runs.csv",), kinds=("regression",),
+              requires=("minutiae.analyses.regress.detect:find_change_points",), order=60)
+
+``needs``: the dataset parts it reads (names in :data:`PARTS`, layout: docs/dataset.md).
+``kinds``: the finding kinds its detections carry (what a profile's ``explained_by`` may name),
+or a function returning them when they come from a rule catalog. ``requires``: modules
+("module" or "module:attribute") without which it is reported as not available, never
+replaced. ``order``: its place in the reports. :func:`detectors` imports every module here.
+Also here: the per-run context (policy, maintenance windows) and the active-condition tracker.
+"""
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minutiae.errors import ConfigError
 from minutiae.model import Finding
 from minutiae.scoring.score import Detection
 from minutiae.sim.dataset import (
@@ -17,14 +32,59 @@ from minutiae.sim.dataset import (
 from minutiae.sim.world.plan import REBOOT_S
 
 Run = Callable[["Context"], tuple[list[Detection], list[str], int]]
+Kinds = tuple[str, ...] | Callable[[], Iterable[str]]
+
+#: the dataset parts a detector may need (docs/dataset.md); ``timings``: timings/<job>.parquet
+PARTS = frozenset({"meta.json", "fleet.csv", "jobs.csv", "maintenance.csv", "boots.csv",
+                   "kern.log", "ib.csv", "telemetry.parquet", "timings", "runs.csv"})
 
 
 @dataclass(frozen=True, slots=True)
-class DetectorSpec:
+class Detector:
+    """One registered detector (see the module docstring for the fields)."""
+
     name: str
     what: str
-    needs: tuple[str, ...]          # "module" or "module:attribute"
+    needs: tuple[str, ...]
+    kinds: Kinds
+    requires: tuple[str, ...]
     run: Run
+    order: int = 100
+
+    def finding_kinds(self) -> tuple[str, ...]:
+        """The finding kinds it reports (a rule-driven detector's come from its catalog)."""
+        return tuple(sorted(set(self.kinds if isinstance(self.kinds, tuple) else self.kinds())))
+
+
+#: name -> detector, filled by :func:`register` as the modules are imported
+REGISTRY: dict[str, Detector] = {}
+
+
+def register(name: str, *, what: str, needs: Sequence[str], kinds: Kinds,
+             requires: Sequence[str] = (), order: int = 100) -> Callable[[Run], Run]:
+    """Register the decorated run function as detector ``name``."""
+    unknown = sorted(set(needs) - PARTS)
+    if unknown:
+        raise ConfigError(f"eval detector {name!r}: unknown dataset parts {unknown} (known: {sorted(PARTS)})")
+    if isinstance(kinds, str):
+        raise ConfigError(f"eval detector {name!r}: kinds must be a tuple of kinds, not a string")
+
+    def add(run: Run) -> Run:
+        if name in REGISTRY and REGISTRY[name].run is not run:
+            raise ConfigError(f"eval detector {name!r} registered twice")
+        REGISTRY[name] = Detector(name, what, tuple(needs), kinds, tuple(requires), run, order)
+        return run
+
+    return add
+
+
+def detectors() -> tuple[Detector, ...]:
+    """Every detector module of this package imported; the registry in report order."""
+    pkg = importlib.import_module(__package__ or "minutiae.sim.eval.detectors")
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if mod.name != "base" and not mod.name.startswith("_"):
+            importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    return tuple(sorted(REGISTRY.values(), key=lambda d: (d.order, d.name)))
 
 
 class Failure(str):
@@ -117,8 +177,9 @@ class _Active:
         return out
 
 
-def _missing(needs: Sequence[str]) -> str | None:
-    for need in needs:
+def _missing(requires: Sequence[str]) -> str | None:
+    """Why a detector cannot run (a required module or attribute is missing), or None."""
+    for need in requires:
         mod, _, attr = need.partition(":")
         try:
             m = importlib.import_module(mod)
