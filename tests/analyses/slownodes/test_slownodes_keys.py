@@ -8,7 +8,7 @@ import polars as pl
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from minutiae.analyses.slownodes.chunked import _Keys
+from minutiae.analyses.slownodes.keys import Keys as _Keys
 
 NODES = [f"gpu{i:03d}" for i in range(1, 7)]
 

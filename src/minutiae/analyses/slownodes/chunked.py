@@ -17,7 +17,7 @@ processed in chunks of whole buckets (``chunk_rows`` rows at a time, about):
 Peak memory is the input table plus one chunk's working set plus about 10 bytes per sample (its
 deficit and chunk number), instead of a dozen float columns for every sample.
 
-Keys are integers (``_Keys``): a node index, and a peer code that groups exactly the samples the
+Keys are integers (``Keys``): a node index, and a peer code that groups exactly the samples the
 ``sku|job:<id>`` / ``sku|rack:<rack>`` text groups; each row's chunk number is computed once.
 On the 1,024-node week this gives the same report as the string keys and a time filter per
 chunk, in 16 s CPU instead of 30-47 s.
@@ -25,10 +25,14 @@ chunk, in 16 s CPU instead of 30-47 s.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import polars as pl
 
-from minutiae.analyses.slownodes import analysis as sn
+from minutiae.analyses.slownodes import core as sn
+from minutiae.analyses.slownodes import episodes as ep
+from minutiae.analyses.slownodes.keys import Keys
 from minutiae.errors import DataError
 
 #: rows per chunk (2.5 h of 1,024 x 8 GPUs sampled every 5 minutes; a day of 128 nodes)
@@ -56,80 +60,7 @@ def _deficits(df: pl.DataFrame, peer: pl.DataFrame, sku: pl.DataFrame, opts: sn.
     return df.with_columns(out)
 
 
-class _Keys:
-    """Integer keys computed once for the whole table: ``nid`` (node index), per node its SKU and
-    rack codes, and every job's nodes with a job code. A peer group is ``sku|job:<id>`` when a
-    job covers the sample, else ``sku|rack:<rack>`` (``slownodes`` step 2); its integer code
-    (``peer``) groups exactly the same samples as that text, at a fraction of the cost."""
-
-    def __init__(self, tel: pl.DataFrame, fleet: pl.DataFrame | None, jobs: pl.DataFrame | None) -> None:
-        names = tel.get_column("node").cast(pl.String).unique().sort()
-        self.names = names.to_list()
-        self.enum = pl.Enum(self.names)
-        nodes = pl.DataFrame({"node": names, "nid": pl.Series(range(len(names)), dtype=pl.UInt32)})
-        if fleet is not None and fleet.height:
-            cols = [c for c in ("node", "sku", "rack") if c in fleet.columns]
-            nodes = nodes.join(fleet.select(cols).with_columns(pl.col("node").cast(pl.String))
-                               .unique("node", keep="first"), on="node", how="left")
-        for c in ("sku", "rack"):
-            if c not in nodes.columns:
-                nodes = nodes.with_columns(pl.lit(None, dtype=pl.String).alias(c))
-        nodes = nodes.with_columns(
-            *[pl.col(c).cast(pl.String).fill_null("?").rank("dense").cast(pl.Int64).alias(f"{c}_c")
-              for c in ("sku", "rack")])
-        self.sku_of = nodes.get_column("sku_c").to_numpy()
-        self.rack_of = nodes.get_column("rack_c").to_numpy()
-        # every job's nodes as (node index, start in ns from the earliest time), sorted: the job
-        # covering a sample is found by one binary search on (node index, time) keys
-        self.job_key = np.zeros(0, dtype=np.int64)
-        self.job_code = np.zeros(0, dtype=np.int64)
-        self.job_end = np.zeros(0, dtype=np.float64)
-        self.t0, self.span_ns, self.unit = 0.0, 1, 1e9
-        if jobs is not None and jobs.height:
-            per_node = (jobs.with_columns(pl.col("nodes").str.split(" ").alias("node"))
-                        .explode("node")
-                        .select(pl.col("node").cast(pl.String), pl.col("job_id").cast(pl.String),
-                                pl.col("start").cast(pl.Float64), pl.col("end").cast(pl.Float64)))
-            per_node = (per_node.join(nodes.select("node", "nid"), on="node", how="inner")
-                        .filter(pl.col("start").is_not_null() & pl.col("start").is_not_nan())
-                        .with_columns(pl.col("job_id").rank("dense").cast(pl.Int64).alias("job_c")))
-            if per_node.height:
-                t = tel.get_column("time").cast(pl.Float64)
-                starts = per_node.get_column("start")
-                lo = min(float(t.min()), float(starts.min()))  # type: ignore[arg-type]
-                hi = max(float(t.max()), float(starts.max()))  # type: ignore[arg-type]
-                # the finest time unit (ns ... s) whose keys fit in int64 for this many nodes
-                self.unit = next((u for u in (1e9, 1e6, 1e3, 1.0)
-                                  if len(self.names) * ((hi - lo) * u + 1) < 2.0**62), 1.0)
-                self.t0, self.span_ns = lo, int(round((hi - lo) * self.unit)) + 1
-                key = self.key(per_node.get_column("nid").to_numpy(), starts.to_numpy())
-                order = np.argsort(key, kind="stable")
-                self.job_key = key[order]
-                self.job_code = per_node.get_column("job_c").to_numpy()[order]
-                self.job_end = per_node.get_column("end").fill_null(float("nan")).to_numpy()[order]
-
-    def key(self, nid: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """(node index, time) as one sortable int64: the node, then time units from ``t0``."""
-        return nid.astype(np.int64) * self.span_ns + np.round((t - self.t0) * self.unit).astype(np.int64)
-
-    def peer(self, nid: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(peer code, SKU code) per sample: the job on that node whose start is the latest at
-        or before ``t`` (as an as-of join would find it) when ``t`` is before its end, else the
-        rack; SKU and rack from the node's fleet row ("?" when missing)."""
-        sku = self.sku_of[nid]
-        group = (1 << 32) + self.rack_of[nid]
-        if self.job_key.size:
-            j = np.searchsorted(self.job_key, self.key(nid, t), side="right") - 1
-            jc = np.maximum(j, 0)
-            on = (j >= 0) & (self.job_key[jc] // self.span_ns == nid) & (t < self.job_end[jc])
-            group = np.where(on, self.job_code[jc], group)
-        return sku * (1 << 33) + group, sku
-
-    def nid(self) -> pl.Expr:
-        return pl.col("node").cast(pl.String).cast(self.enum).to_physical().cast(pl.UInt32).alias("nid")
-
-
-def _busy(raw: pl.DataFrame, metrics: list[str], interval: float, keys: _Keys) -> pl.DataFrame:
+def _busy(raw: pl.DataFrame, metrics: list[str], interval: float, keys: Keys) -> pl.DataFrame:
     """Typed busy samples of ``raw`` (with its ``nid``) with their bucket and peer codes."""
     df = raw.with_columns(pl.col("time").cast(pl.Float64), pl.col("gpu").cast(pl.Int64),
                           *[pl.col(m).cast(pl.Float64) for m in metrics])
@@ -156,11 +87,21 @@ def _chunk_bounds(times: pl.Series, interval: float, rows: int, chunk_rows: int 
     return [float("-inf")] + [float(t) for t in times.to_numpy()[first[1:]]]
 
 
-def analyse_chunked(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
-                    jobs: pl.DataFrame | None = None, opts: sn.SlowOptions | None = None,
-                    where: str = "telemetry", chunk_rows: int | None = CHUNK_ROWS) -> sn.SlowReport:
-    """What ``slownodes.analyse_telemetry`` returns; ``chunk_rows=None``: one chunk."""
-    opts = opts or sn.SlowOptions()
+@dataclass(slots=True)
+class _Pass1:
+    """What pass 1 keeps: per-(bucket, peer) and per-(bucket, SKU) medians, every SM-clock
+    deficit (for the noise), per GPU its worst deficits and replay counter range, and every
+    (node, GPU) seen at all."""
+
+    peer_st: list[pl.DataFrame] = field(default_factory=list)
+    sku_st: list[pl.DataFrame] = field(default_factory=list)
+    devs: list[np.ndarray] = field(default_factory=list)
+    per_gpu: list[pl.DataFrame] = field(default_factory=list)
+    seen: list[pl.DataFrame] = field(default_factory=list)
+    samples: int = 0
+
+
+def _validate(tel: pl.DataFrame, where: str) -> tuple[pl.DataFrame, list[str]]:
     need = ("time", "node", "gpu", "sm_clock_mhz")
     missing = [c for c in need if c not in tel.columns]
     if missing:
@@ -173,72 +114,74 @@ def analyse_chunked(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
         tel = tel.filter(~null)
     if tel.height == 0:
         raise DataError("no telemetry rows", where)
-    metrics = ["sm_clock_mhz"] + [m for m in ("power_w", "temp_c", "ib_xmit_mbps") if m in tel.columns]
+    return tel, warnings
+
+
+def _chunk_of(tel: pl.DataFrame, chunk_rows: int | None) -> tuple[float, np.ndarray, int]:
+    """(sample interval, each row's chunk number, number of chunks)."""
     times = tel.get_column("time").cast(pl.Float64)
     uniq = times.unique().sort()
     interval = float(np.median(np.diff(uniq.to_numpy()))) if uniq.len() > 1 else 60.0
     bounds = np.asarray(_chunk_bounds(uniq, interval, tel.height, chunk_rows)[1:], dtype=np.float64)
-    keys = _Keys(tel, fleet, jobs)
     # each row's chunk number, once (a compare per chunk instead of a time filter per chunk),
     # computed a slice at a time: 2 bytes per row are kept, not 8
     kind = np.uint16 if bounds.size < 2**16 else np.int64
     tv = times.to_numpy()
     chunk_of = np.concatenate([np.searchsorted(bounds, tv[i:i + (1 << 20)], side="right").astype(kind)
                                for i in range(0, tv.size, 1 << 20)])
-    del times, uniq, tv
+    return interval, chunk_of, bounds.size + 1
+
+
+def _per_gpu_aggs(df: pl.DataFrame) -> list[pl.Expr]:
+    aggs = [pl.col("d_sm_clock_mhz").min().alias("sm")]
+    if "d_ib_xmit_mbps" in df.columns:
+        aggs.append(pl.col("d_ib_xmit_mbps").min().alias("ib"))
+    if "pcie_replay" in df.columns:
+        counter = pl.col("pcie_replay").cast(pl.Float64)
+        aggs += [counter.max().alias("rmax"), counter.min().alias("rmin")]
+    return aggs
+
+
+def _pass1(tel: pl.DataFrame, metrics: list[str], interval: float, keys: Keys, chunk_of: np.ndarray,
+           n_chunks: int, opts: sn.SlowOptions) -> _Pass1:
     cols = ["node", "time", "gpu", *metrics,
             *[c for c in ("clock_event_reasons", "pcie_replay") if c in tel.columns]]
     slim = tel.select(cols)
-    peer_st: list[pl.DataFrame] = []
-    sku_st: list[pl.DataFrame] = []
-    devs: list[np.ndarray] = []
-    per_gpu: list[pl.DataFrame] = []
-    seen: list[pl.DataFrame] = []
-    samples = 0
-    for k in range(bounds.size + 1):                                 # pass 1
+    st = _Pass1()
+    for k in range(n_chunks):
         idx = np.flatnonzero(chunk_of == k)
         if idx.size == 0:
             continue
         raw = slim[idx].with_columns(keys.nid()).drop("node")
         del idx
-        seen.append(raw.select("nid", pl.col("gpu").cast(pl.Int64)).unique())
+        st.seen.append(raw.select("nid", pl.col("gpu").cast(pl.Int64)).unique())
         df = _busy(raw, metrics, interval, keys)
         del raw
         if df.height == 0:
             continue
-        samples += df.height
+        st.samples += df.height
         peer, sku = _stats(df, metrics)
         df = _deficits(df, peer, sku, opts, metrics)
-        peer_st.append(peer)
-        sku_st.append(sku)
+        st.peer_st.append(peer)
+        st.sku_st.append(sku)
         d = df.get_column("d_sm_clock_mhz").to_numpy()
-        devs.append(d[np.isfinite(d)])
-        aggs = [pl.col("d_sm_clock_mhz").min().alias("sm")]
-        if "d_ib_xmit_mbps" in df.columns:
-            aggs.append(pl.col("d_ib_xmit_mbps").min().alias("ib"))
-        if "pcie_replay" in df.columns:
-            counter = pl.col("pcie_replay").cast(pl.Float64)
-            aggs += [counter.max().alias("rmax"), counter.min().alias("rmin")]
-        per_gpu.append(df.group_by(_KEY).agg(aggs))
+        st.devs.append(d[np.isfinite(d)])
+        st.per_gpu.append(df.group_by(_KEY).agg(_per_gpu_aggs(df)))
         del df
-    del chunk_of, slim
-    every = pl.concat(seen).unique()
-    n_gpus, n_nodes = every.height, every.get_column("nid").n_unique()
-    if samples == 0:
-        return sn.SlowReport((), n_gpus, n_nodes, 0, interval, float("nan"),
-                             tuple(warnings + ["no busy samples: nothing to compare"]))
-    d = np.concatenate(devs)
-    del devs
+    return st
+
+
+def _noise(devs: list[np.ndarray]) -> float:
+    """1.4826 x MAD of every SM-clock deficit, in place (8 bytes per sample); at least 1e-4."""
+    d = np.concatenate(devs) if devs else np.zeros(0)
     noise = float("nan")
-    if d.size:                      # 1.4826 x MAD, in place: this is 8 bytes per sample
+    if d.size:
         d -= np.median(d, overwrite_input=True)
         noise = float(1.4826 * np.median(np.abs(d, out=d), overwrite_input=True))
-    noise = max(noise, 1e-4)
-    del d
-    limit = max(opts.min_deficit, opts.z * noise)
-    gpus = pl.concat(per_gpu)
-    gpus_per_node = {keys.names[nid]: n for nid, n in
-                     gpus.select(_KEY).unique().group_by("nid").agg(pl.col("gpu").n_unique()).iter_rows()}
+    return max(noise, 1e-4)
+
+
+def _candidates(gpus: pl.DataFrame, limit: float, opts: sn.SlowOptions) -> pl.DataFrame:
     aggs = [pl.col("sm").min()]
     cand = pl.col("sm") < -limit
     if "ib" in gpus.columns:
@@ -247,25 +190,58 @@ def analyse_chunked(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
     if "rmax" in gpus.columns:
         aggs += [pl.col("rmax").max(), pl.col("rmin").min()]
         cand = cand | (pl.col("rmax") - pl.col("rmin") >= opts.pcie_per_hour * opts.min_duration / 3600.0)
-    cands = gpus.group_by(_KEY).agg(aggs).filter(cand.fill_null(False)).select(_KEY)
+    return gpus.group_by(_KEY).agg(aggs).filter(cand.fill_null(False)).select(_KEY)
+
+
+def _pass2(tel: pl.DataFrame, cands: pl.DataFrame, st: _Pass1, keys: Keys, metrics: list[str],
+           interval: float, opts: sn.SlowOptions, noise: float, per_batch: int) -> list[sn.SlowFinding]:
+    """Episodes of the candidate GPUs, by batches of whole nodes."""
+    limit = max(opts.min_deficit, opts.z * noise)
     findings: list[sn.SlowFinding] = []
-    peer, sku = pl.concat(peer_st), pl.concat(sku_st)
+    peer, sku = pl.concat(st.peer_st), pl.concat(st.sku_st)
     cand_nodes = sorted(keys.names[i] for i in cands.get_column("nid").unique().to_list())
-    per_batch = max(1, len(cand_nodes) if chunk_rows is None else chunk_rows * n_nodes // tel.height)
-    for i in range(0, len(cand_nodes), per_batch):                   # pass 2, by node batches
+    for i in range(0, len(cand_nodes), per_batch):
         rows = (tel.filter(pl.col("node").cast(pl.String).is_in(cand_nodes[i:i + per_batch]))
                 .with_columns(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64), keys.nid())
                 .join(cands, on=_KEY, how="semi"))
         df = _deficits(_busy(rows, metrics, interval, keys), peer, sku, opts, metrics)
         del rows
-        findings += sn._episodes(df, pl.col("d_sm_clock_mhz") < -limit, "sm_clock", interval,
-                                 opts, noise)
+        findings += ep.episodes(df, pl.col("d_sm_clock_mhz") < -limit, "sm_clock", interval,
+                                opts, noise)
         if "d_ib_xmit_mbps" in df.columns:
-            findings += sn._episodes(df, pl.col("d_ib_xmit_mbps") < -opts.ib_deficit, "ib_xmit",
-                                     interval, opts, noise)
+            findings += ep.episodes(df, pl.col("d_ib_xmit_mbps") < -opts.ib_deficit, "ib_xmit",
+                                    interval, opts, noise)
         if "pcie_replay" in df.columns:
-            findings += sn._replay_episodes(df, interval, opts, noise)
+            findings += ep.replay_episodes(df, interval, opts, noise)
         del df
-    findings = sn._merge_nodes(findings, gpus_per_node, interval)
+    return findings
+
+
+def analyse_chunked(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
+                    jobs: pl.DataFrame | None = None, opts: sn.SlowOptions | None = None,
+                    where: str = "telemetry", chunk_rows: int | None = CHUNK_ROWS) -> sn.SlowReport:
+    """What ``slownodes.analyse_telemetry`` returns; ``chunk_rows=None``: one chunk."""
+    opts = opts or sn.SlowOptions()
+    tel, warnings = _validate(tel, where)
+    metrics = ["sm_clock_mhz"] + [m for m in ("power_w", "temp_c", "ib_xmit_mbps") if m in tel.columns]
+    interval, chunk_of, n_chunks = _chunk_of(tel, chunk_rows)
+    keys = Keys(tel, fleet, jobs)
+    st = _pass1(tel, metrics, interval, keys, chunk_of, n_chunks, opts)
+    del chunk_of
+    every = pl.concat(st.seen).unique()
+    n_gpus, n_nodes = every.height, every.get_column("nid").n_unique()
+    if st.samples == 0:
+        return sn.SlowReport((), n_gpus, n_nodes, 0, interval, float("nan"),
+                             tuple(warnings + ["no busy samples: nothing to compare"]))
+    noise = _noise(st.devs)
+    st.devs.clear()
+    gpus = pl.concat(st.per_gpu)
+    gpus_per_node = {keys.names[nid]: n for nid, n in
+                     gpus.select(_KEY).unique().group_by("nid").agg(pl.col("gpu").n_unique()).iter_rows()}
+    cands = _candidates(gpus, max(opts.min_deficit, opts.z * noise), opts)
+    per_batch = max(1, cands.get_column("nid").n_unique() if chunk_rows is None
+                    else chunk_rows * n_nodes // tel.height)
+    findings = _pass2(tel, cands, st, keys, metrics, interval, opts, noise, per_batch)
+    findings = ep.merge_nodes(findings, gpus_per_node, interval)
     findings.sort(key=lambda f: (-f.deficit * f.duration_s, f.node, f.gpu or -1))
-    return sn.SlowReport(tuple(findings), n_gpus, n_nodes, samples, interval, noise, tuple(warnings))
+    return sn.SlowReport(tuple(findings), n_gpus, n_nodes, st.samples, interval, noise, tuple(warnings))
