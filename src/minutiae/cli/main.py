@@ -76,6 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("minutiae: aborted", err=True)
         return 130
+    except click.BadParameter as exc:
+        if not _is_file_param(exc.param):
+            exc.show()
+            return exc.exit_code
+        # a file that cannot be read is UNKNOWN (exit 3), not a usage error (2, which Nagios and
+        # Slurm's HealthCheckProgram read as CRITICAL)
+        click.echo(f"minutiae: error: {exc.format_message()}", err=True)
+        return EXIT_ERROR
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
@@ -83,7 +91,15 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # an input that vanished, a directory given for a file, no permission
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"minutiae: error: {where}{exc.strerror or exc}", err=True)
+        return EXIT_ERROR
     return rv if isinstance(rv, int) else 0
+
+
+def _is_file_param(param: click.Parameter | None) -> bool:
+    return param is not None and isinstance(param.type, click.Path | click.File)
 
 
 if __name__ == "__main__":  # pragma: no cover
