@@ -16,7 +16,8 @@ from minutiae.model import Action, Finding, Severity
 from minutiae.node.memory import CheckMemory, finding_key
 from minutiae.node.memory_file import load_state, save_state
 from minutiae.node.sources.kernel_log.read_kmsg import read_kernel_log
-from minutiae.rules.counters.model import Context, counter_rules, evaluate
+from minutiae.rules.counters.load import counter_rules
+from minutiae.rules.counters.model import Context, evaluate
 
 DEV_KMSG = Path("/dev/kmsg")
 

@@ -230,7 +230,8 @@ def test_nvlink_status_a100(realdata: Path) -> None:
 
 def test_nvlink_inactive_links_map_onto_the_gpu_by_uuid(realdata: Path) -> None:
     from minutiae.node.sources.nvidia_smi.parse_nvlink import by_uuid, parse_nvlink_status
-    from minutiae.rules.counters.model import context, counter_rules, evaluate
+    from minutiae.rules.counters.load import counter_rules
+    from minutiae.rules.counters.model import context, evaluate
 
     q = _text(realdata, "gpud", "nvidia-smi-query.535.161.08.out.0.valid")
     uuid = q.value("gpu:0000:3b:00.0", "uuid")

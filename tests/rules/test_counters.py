@@ -11,7 +11,8 @@ from minutiae.model import COUNTER_KINDS, Action, Severity
 from minutiae.node.sources.ib.read_sysfs import read_sysfs_ib
 from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
 from minutiae.node.sources.nvidia_smi.parse_xml import parse_nvidia_smi_xml
-from minutiae.rules.counters.model import Context, build_rules, context, counter_rules, evaluate
+from minutiae.rules.counters.load import build_rules, counter_rules
+from minutiae.rules.counters.model import Context, context, evaluate
 from minutiae.rules.logs import catalog_text, parse_toml
 from minutiae.testing.sysfs import ib_tree
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from minutiae.node.replay import ib_signals
 from minutiae.node.sources.ib.read_sysfs import read_sysfs_ib
-from minutiae.rules.counters.model import boot_grace_s, context, counter_rules, evaluate
+from minutiae.rules.counters.load import counter_rules
+from minutiae.rules.counters.model import boot_grace_s, context, evaluate
 from minutiae.testing.sysfs import ib_tree
 
 NOW = 1_700_000_000.0

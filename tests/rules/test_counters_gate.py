@@ -17,8 +17,8 @@ from minutiae.model import Action, Observation, Severity, Status
 from minutiae.node.check import CheckConfig, CheckMemory, run_check
 from minutiae.rules.cache import NAME, load_cached, store_cached
 from minutiae.rules.counters.gate import engine_rule, gated_findings, run_sequence
-from minutiae.rules.counters.load import build_rules, load_rules
-from minutiae.rules.counters.model import Context, counter_rules, judge
+from minutiae.rules.counters.load import build_rules, counter_rules, load_rules
+from minutiae.rules.counters.model import Context, judge
 from minutiae.rules.engine.engine import Engine
 from minutiae.rules.engine.rules import build_engine_rules, shipped_engine_rules
 from minutiae.rules.logs import catalog_text, parse_toml

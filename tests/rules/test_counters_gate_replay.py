@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minutiae.rules.counters.gate import AGENT_INTERVAL_S, GateReplay, gated_findings
-from minutiae.rules.counters.model import Context, CounterRule, counter_rules, judge
+from minutiae.rules.counters.load import counter_rules
+from minutiae.rules.counters.model import Context, CounterRule, judge
 
 PORT = "ib:mlx5_0/1"
 T0 = 1_700_000_000.0

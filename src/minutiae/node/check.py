@@ -37,7 +37,8 @@ from minutiae.node.groups import (
     counter_findings,
 )
 from minutiae.node.memory import CheckMemory
-from minutiae.rules.counters.model import UPTIME, baseline_metrics, counter_rules
+from minutiae.rules.counters.load import counter_rules
+from minutiae.rules.counters.model import UPTIME, baseline_metrics
 
 if TYPE_CHECKING:
     from minutiae.node.sources.nvml import NvmlApi

@@ -11,7 +11,8 @@ from minutiae.model import Action, CheckResult, Finding, Observation, Severity, 
 from minutiae.model.findings import Scalar
 from minutiae.model.snapshot import Snapshot
 from minutiae.node.memory import CheckMemory
-from minutiae.rules.counters.model import context, counter_rules, judge
+from minutiae.rules.counters.load import counter_rules
+from minutiae.rules.counters.model import context, judge
 
 if TYPE_CHECKING:
     from minutiae.clock import Clock

@@ -27,12 +27,12 @@ from minutiae.model.snapshot import SnapshotBuilder
 from minutiae.node.sources.ib.parse_sysfs import ib_component, parse_ib_port
 from minutiae.node.sources.kernel_log.parse import KernelLogParser
 from minutiae.rules.counters.gate import GateReplay
+from minutiae.rules.counters.load import counter_rules
 from minutiae.rules.counters.model import (
     UPTIME,
     Context,
     CounterRule,
     boot_grace_s,
-    counter_rules,
     evaluate,
     judge,
 )

@@ -31,7 +31,8 @@ to). Time beyond "since the previous sample" is not known here: a rule with ``fo
 (persistence), ``clear_after_s`` (healthy delay) or ``type = "flap"`` is gated by the check
 engine (:mod:`minutiae.rules.counters.gate` feeds these verdicts to
 :mod:`minutiae.rules.engine.engine`, whose state the state file keeps). Loading and validation:
-:mod:`minutiae.rules.counters.load`.
+:mod:`minutiae.rules.counters.load` (``counter_rules()``: the shipped catalog);
+the examples: :mod:`minutiae.rules.counters.examples`.
 """
 
 from __future__ import annotations
@@ -40,10 +41,9 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cache
-from pathlib import Path
 from typing import Any
 
+from minutiae.errors import ConfigError
 from minutiae.model import Action, Finding, Observation, Severity
 from minutiae.model.findings import Scalar
 from minutiae.model.gpu_metrics import reason_names
@@ -58,11 +58,15 @@ _CMP: dict[str, Callable[[Any, Any], bool]] = {
 }
 OPS = frozenset({*_CMP, "gt_metric", "lt_metric", "ne_metric", "increase", "rate_per_hour",
                  "below_group_max", "bits_any"})
-COMPONENTS = frozenset({"gpu", "ib", "pcie", "node"})
 #: a condition metric with this prefix is read from the ``node`` component (``node.uptime_s``)
 NODE_PREFIX = "node."
 #: the node pseudo-metric "seconds since boot" (what /proc/uptime says)
 UPTIME = "uptime_s"
+
+
+def rule_error(where: str, rid: str, msg: str) -> ConfigError:
+    """The error for a rule of a catalog that does not validate (the loader, the examples)."""
+    return ConfigError(f"{where}: rule {rid!r}: {msg}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,35 +283,6 @@ def _finding(rule: CounterRule, comp: str, facts: dict[str, Scalar]) -> Finding:
         kind=rule.kind, severity=rule.severity, action=rule.action, message=message,
         pci=pci, component=comp, rule=rule.id, attrs=attrs,
     )
-
-
-# -- loading (minutiae.rules.counters.load) -----------------------------------------------
-
-def build_rules(doc: Mapping[str, Any], where: str = "counters.toml") -> tuple[CounterRule, ...]:
-    """Validate a parsed counters catalog and run every rule's examples."""
-    from minutiae.rules.counters.load import build_rules as build
-
-    return build(doc, where)
-
-
-def run_examples(rule: CounterRule, examples: Any, where: str) -> None:
-    from minutiae.rules.counters.load import run_examples as run
-
-    run(rule, examples, where)
-
-
-#: the shipped counter-rule catalog (package data next to this module)
-CATALOG = Path(__file__).parent.parent / "catalog" / "counters.toml"
-
-
-@cache
-def counter_rules(cache_dir: Path | None = None) -> tuple[CounterRule, ...]:
-    """The shipped counter rules (validated, examples run, once per process). With
-    ``cache_dir`` the parsed catalog is cached there (keyed by the file's mtime and size), and
-    a run that finds it current skips TOML parsing and the examples it already passed."""
-    from minutiae.rules.counters.load import load_rules
-
-    return load_rules(CATALOG, cache_dir)
 
 
 def baseline_metrics(rules: Sequence[CounterRule]) -> frozenset[str]:
