@@ -4,6 +4,7 @@ set -euo pipefail
 need=()
 command -v slurmctld >/dev/null || need+=(slurmctld slurmd slurm-client munge)
 command -v prometheus >/dev/null || need+=(prometheus)
+command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v numactl >/dev/null || need+=(numactl)
 command -v curl >/dev/null || need+=(curl)
