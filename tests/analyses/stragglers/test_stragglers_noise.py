@@ -30,8 +30,8 @@ from minutiae.analyses.stragglers.calib import (
     spike_rate,
 )
 from minutiae.analyses.stragglers.detect import peer_log_ratio
-from minutiae.analyses.stragglers.peers import Kind, PeerReference, log_times, loo_median
-from minutiae.analyses.stragglers.prep import prepare
+from minutiae.analyses.stragglers.peers import Kind, PeerReference, loo_median
+from minutiae.analyses.stragglers.prep import log_times, prepare
 from minutiae.analyses.stragglers.types import Basis, Scope
 from minutiae.testing.synth.stragglers import Fault, FaultKind, SynthJob, SynthSpec, as_matrix
 

@@ -31,11 +31,12 @@ from minutiae.analyses.stragglers.calib import (
     noise_sigma,
     sigma_inflation,
 )
-from minutiae.analyses.stragglers.detect import SeriesDetector, fast_median
+from minutiae.analyses.stragglers.detect import SeriesDetector
 from minutiae.analyses.stragglers.locate import RankMeta, locate
+from minutiae.analyses.stragglers.medians import fast_median
 from minutiae.analyses.stragglers.nodes import NodeLayout
-from minutiae.analyses.stragglers.peers import PeerReference, log_times
-from minutiae.analyses.stragglers.prep import TimingMatrix
+from minutiae.analyses.stragglers.peers import PeerReference
+from minutiae.analyses.stragglers.prep import TimingMatrix, log_times
 from minutiae.analyses.stragglers.types import Basis, Design, StoppedRank, StragglerReport
 from minutiae.errors import DataError
 

@@ -17,16 +17,13 @@ the same answer.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from minutiae.analyses.stragglers.types import Design
-
-if TYPE_CHECKING:
-    from minutiae.analyses.stragglers.peers import PeerReference
+from minutiae.analyses.stragglers.medians import group_medians
+from minutiae.analyses.stragglers.prep import log_times
+from minutiae.analyses.stragglers.types import Design, Reference
 
 #: per-step log-ratio bounds used for the slowdown estimate (a 1-step 10x pause counts as e^1)
 R_LOW, R_HIGH = -0.5, 1.0
@@ -39,50 +36,6 @@ SMALL_COLUMNS = 2048
 ESTIMATOR_K = 3.0
 
 
-#: peer medians use at most this many ranks of a group (evenly strided): the median of 2,048
-#: values is within 0.03 sigma of the whole group's, common to all its ranks
-MEDIAN_SAMPLE = 2048
-
-
-#: rows up to this long take their median by sorting (numpy's partition costs ~2 us a row in
-#: setup: 10x a sort for the 8-128-value rows of small jobs)
-SORT_MEDIAN_MAX = 512
-
-
-def fast_median(a: np.ndarray, axis: int = -1) -> np.ndarray:
-    """``np.median`` along ``axis``, NaN-aware (``nanmedian``) when NaN is present; short rows
-    are sorted instead of partitioned (same values)."""
-    if np.isnan(a).any():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return np.nanmedian(a, axis=axis)
-    n = a.shape[axis]
-    if n == 0 or n > SORT_MEDIAN_MAX:
-        return np.median(a, axis=axis)
-    srt = np.sort(a, axis=axis)
-    lo = np.take(srt, (n - 1) // 2, axis=axis)
-    if n % 2:
-        return lo
-    return (lo + np.take(srt, n // 2, axis=axis)) / 2
-
-
-def _sample(cols: np.ndarray) -> np.ndarray | slice:
-    """The columns a group's median is taken over (a slice when they are contiguous)."""
-    step = max(1, cols.size // MEDIAN_SAMPLE)
-    picked = cols[::step]
-    if picked.size and np.array_equal(picked, np.arange(picked[0], picked[-1] + 1, step)):
-        return slice(int(picked[0]), int(picked[-1]) + 1, step)
-    return picked
-
-
-def group_medians(logx: np.ndarray, members: list[np.ndarray]) -> np.ndarray:
-    """(steps, groups) medians of ``logx`` (steps, ranks) over each group's columns; NaN-aware."""
-    out = np.empty((logx.shape[0], len(members)), dtype=np.float32)
-    for g, cols in enumerate(members):
-        out[:, g] = fast_median(logx[:, _sample(cols)], axis=1)
-    return out
-
-
 def _spans(members: list[np.ndarray]) -> list[slice] | None:
     """Each group as one contiguous slice of columns, or None when they are not."""
     spans = []
@@ -92,15 +45,6 @@ def _spans(members: list[np.ndarray]) -> list[slice] | None:
         else:
             return None
     return spans
-
-
-def log_times(x: np.ndarray) -> np.ndarray:
-    """float32 log of durations; NaN where missing or <= 0."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logx = np.log(x, dtype=np.float32)
-        if not (x > 0).all():
-            logx[~(x > 0)] = np.nan
-    return logx
 
 
 def peer_log_ratio(x: np.ndarray, groups: np.ndarray,
@@ -229,14 +173,14 @@ def _last_zero(stat: np.ndarray, upto: np.ndarray, cols: np.ndarray) -> np.ndarr
     """For each column ``cols[i]``, the last row <= ``upto[i]`` where ``stat`` is 0 (-1: none)."""
     rows = np.arange(stat.shape[0])[:, None]
     zero = (stat[:, cols] <= 0.0) & (rows <= upto[None, :])
-    return np.where(zero, rows, -1).max(axis=0)
+    return np.asarray(np.where(zero, rows, -1).max(axis=0))
 
 
 class SeriesDetector:
     """CUSUM bank over the ranks of one timing series; feed it blocks of steps in order."""
 
     def __init__(self, groups: np.ndarray, sigma: np.ndarray, design: Design,
-                 peers: PeerReference | None = None, allowance: np.ndarray | None = None,
+                 peers: Reference | None = None, allowance: np.ndarray | None = None,
                  ) -> None:
         self.peers = peers
         # per-column bias allowance subtracted from z (a self-baseline's offset uncertainty)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minutiae.analyses.stragglers.detect import fast_median
+from minutiae.analyses.stragglers.medians import fast_median
 
 
 class NodeLayout:

@@ -33,11 +33,7 @@ from enum import Enum
 import numpy as np
 
 from minutiae.analyses.stragglers.calib import noise_sigma
-from minutiae.analyses.stragglers.detect import (  # noqa: F401 - log_times re-exported
-    fast_median,
-    group_medians,
-    log_times,
-)
+from minutiae.analyses.stragglers.medians import fast_median, group_medians
 
 LOO_MAX = 64
 
@@ -75,7 +71,7 @@ def loo_median(sub: np.ndarray) -> np.ndarray:
         return np.where(pos < m, hi, lo)
     m = (n - 1) // 2
     a, b, c = srt[..., m - 1:m], srt[..., m:m + 1], srt[..., m + 1:m + 2]
-    return np.where(pos < m, (b + c) / 2, np.where(pos > m, (a + b) / 2, (a + c) / 2))
+    return np.asarray(np.where(pos < m, (b + c) / 2, np.where(pos > m, (a + b) / 2, (a + c) / 2)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 
 class Scope(Enum):
@@ -26,6 +28,16 @@ class Basis(Enum):
     COMPUTE = "compute"
     COMMUNICATION = "communication"
     STEP = "step"
+
+
+class Reference(Protocol):
+    """What the sequential test needs of a peer reference (``peers.PeerReference``): each
+    rank's log-ratio to the peers doing the same work, computed in place in ``logx``; with
+    ``node`` also the ratios the node test takes its medians of; and the typical log time of
+    each step. Declared here so the test and the reference do not import each other."""
+
+    def ratio(self, logx: np.ndarray, node: bool = False,
+              ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]: ...
 
 
 @dataclass(frozen=True, slots=True)
