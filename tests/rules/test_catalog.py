@@ -80,6 +80,8 @@ def _rule(**over):
     ({"kind": "Bad Kind"}, "kind"),
     ({"frobnicate": 1}, "unknown keys"),
     ({"join_back": 3}, "join_start"),
+    ({"component": "GPU 0"}, "component"),
+    ({"component": 3}, "component"),
 ])
 def test_bad_rule_names_the_rule(over, needle):
     with pytest.raises(ConfigError) as exc:
@@ -104,6 +106,34 @@ def test_site_rule_file_adds_a_rule(tmp_path):
     assert (ev.kind, ev.pci, ev.line_no) == ("site_gpu_clock", "0000:44:00.0", 2)
     (f,) = findings_from_events([ev], rules=rules)
     assert f.message == "GPU 0000:44:00.0 clocks throttled"
+    assert f.component is None  # the site rule says no component: none is guessed from its kind
+
+
+def test_a_rules_component_comes_from_its_toml_entry(tmp_path):
+    """The component of a kernel-log finding is the rule's ``component`` field (no table in the
+    code): a site rule of a new kind that names one gets ``<component>:<pci>``."""
+    path = tmp_path / "site.toml"
+    path.write_text(
+        'require_all_kinds = false\n[[rule]]\nid = "nvme-timeout"\nkind = "site_nvme"\n'
+        'component = "nvme"\nkeywords = ["nvme"]\npattern = \'nvme \\S+: I/O \\d+ QID \\d+ timeout\'\n'
+        'severity = "warning"\naction = "none"\n'
+        'examples = ["[ 9.0] nvme nvme0: I/O 12 QID 3 timeout, aborting"]\n', encoding="utf-8")
+    rules = load_log_rules(path)
+    assert rules[0].component == "nvme"
+    # drivers/nvme/host/pci.c "I/O %d QID %d timeout, aborting", logged on the PCI device
+    (ev,) = KernelLogParser(rules).parse_lines(["[ 9.0] nvme 0000:c1:00.0: I/O 12 QID 3 timeout, aborting"])
+    (f,) = findings_from_events([ev], rules=rules)
+    assert (f.pci, f.component) == ("0000:c1:00.0", "nvme:0000:c1:00.0")
+
+
+def test_shipped_components() -> None:
+    by_kind = {r.kind: r.component for r in RULES}
+    assert (by_kind["xid"], by_kind["sxid"], by_kind["pcie_aer"], by_kind["ib_link"]) == (
+        "gpu", "nvswitch", "pcie", "nic")
+    assert by_kind["mce"] is None and by_kind["oom_kill"] is None
+    (f,) = findings_from_events(parse_text(
+        "[ 611.0] NVRM: Xid (PCI:0000:44:00): 79, pid=1, GPU has fallen off the bus."))
+    assert f.component == "gpu:0000:44:00.0"
 
 
 def test_unreadable_rule_file(tmp_path):

@@ -1,7 +1,7 @@
 """``minutiae logscan [FILE ...|-] [--json]``: kernel-log faults as a table or JSON lines.
 
 Wiring only: source (:mod:`minutiae.node.sources.kernel_log.read_stream`) → parser + rules
-(:func:`minutiae.rules.log_findings.scan_chunks`) → output. Exit code: Nagios by the worst finding
+(:func:`minutiae.node.sources.kernel_log.scan.scan_chunks`) → output. Exit code: Nagios by the worst finding
 (0 none/info, 1 warning, 2 error/critical); a file that cannot be read → message naming it, 3.
 """
 
@@ -106,7 +106,8 @@ def command(files: tuple[str, ...], as_json: bool, summary: bool, year: int | No
     else this node's /dev/kmsg."""
     from minutiae.clock import SystemClock
     from minutiae.node.sources.kernel_log.read_stream import DEV_KMSG, STDIN, iter_kernel_log
-    from minutiae.rules.log_findings import nagios_status, scan_chunks, summarize
+    from minutiae.node.sources.kernel_log.scan import scan_chunks
+    from minutiae.rules.log_findings import nagios_status, summarize
     from minutiae.rules.logs import kernel_log_rules, load_log_rules
 
     if year is None:

@@ -35,11 +35,6 @@ from minutiae.rules.logs import (
 
 FOLLOW_WINDOW_S = 300.0
 _CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
-_COMPONENT_PREFIX = {
-    "xid": "gpu", "gpu_off_bus": "gpu", "gsp_timeout": "gpu", "gpu_reset_required": "gpu",
-    "gpu_init_failed": "gpu", "nvlink_error": "gpu", "sxid": "nvswitch",
-    "fabric_manager": "nvswitch", "pcie_aer": "pcie", "nic_error": "nic", "ib_link": "nic",
-}
 
 
 class _SafeDict(dict[str, Any]):
@@ -54,9 +49,9 @@ def _fmt(template: str, fields: Mapping[str, Any]) -> str:
         return template
 
 
-def _component(kind: str, pci: str | None) -> str | None:
-    prefix = _COMPONENT_PREFIX.get(kind)
-    return f"{prefix}:{pci}" if prefix and pci else None
+def _component(rule: LogRule | None, pci: str | None) -> str | None:
+    """``<rule's component>:<pci>`` (the rule says what the line is about, in its TOML)."""
+    return f"{rule.component}:{pci}" if rule is not None and rule.component and pci else None
 
 
 def _is_fatal(ev: LogEvent) -> bool | None:
@@ -96,7 +91,7 @@ class LogFindingMapper:
             attrs["host"] = ev.host
         return Finding(
             kind=ev.kind, severity=severity, action=action, message=_fmt(template, fields),
-            code=ev.code, pci=ev.pci, component=_component(ev.kind, ev.pci), line=ev.line,
+            code=ev.code, pci=ev.pci, component=_component(rule, ev.pci), line=ev.line,
             line_no=ev.line_no, time=ev.time, rule=rule.id if rule else None, attrs=attrs,
         )
 
@@ -165,15 +160,6 @@ def findings_from_events(events: Iterable[LogEvent], *,
     mapper = LogFindingMapper(rules)
     for ev in events:
         yield mapper.finding(ev)
-
-
-def scan_chunks(chunks: Iterable[bytes], *, year: int | None = None,
-                rules: Sequence[LogRule] | None = None) -> Iterator[Finding]:
-    """Kernel-log bytes (as a source streams them) → findings: parser, then rules/catalogs."""
-    from minutiae.node.sources.kernel_log.parse import KernelLogParser
-
-    parser = KernelLogParser(rules, year=year)
-    return findings_from_events(parser.parse_chunks(chunks), rules=parser.rules)
 
 
 def nagios_status(findings: Iterable[Finding]) -> Status:

@@ -40,7 +40,9 @@ class LogRule:
     named group, plus ``attrs``, goes into the event's attrs. ``catalog`` ("xid"/"sxid") means
     severity and action come from that catalog by code. ``join_back`` > 0 joins up to that many
     directly preceding lines, from one matching ``join_start``, into one event (multi-line
-    messages such as the old three-line "fallen off the bus")."""
+    messages such as the old three-line "fallen off the bus"). ``component`` is what the line is
+    about (``gpu``, ``nvswitch``, ``pcie``, ``nic``): a finding with a PCI address gets the
+    component ``<component>:<pci>``; None for node-wide events (MCE, OOM)."""
 
     id: str
     kind: str
@@ -56,6 +58,7 @@ class LogRule:
     examples: tuple[str, ...] = ()
     counter_examples: tuple[str, ...] = ()
     description: str = ""
+    component: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +146,9 @@ def _strings(catalog: str, rid: str, value: Any, what: str) -> tuple[str, ...]:
 
 _LOG_RULE_KEYS = frozenset({
     "id", "kind", "keywords", "pattern", "severity", "action", "message", "catalog", "attrs",
-    "join_back", "join_start", "examples", "counter_examples", "description",
+    "join_back", "join_start", "examples", "counter_examples", "description", "component",
 })
+_COMPONENT = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def build_log_rules(doc: Mapping[str, Any], where: str = "kernel_log.toml") -> tuple[LogRule, ...]:
@@ -174,6 +178,9 @@ def build_log_rules(doc: Mapping[str, Any], where: str = "kernel_log.toml") -> t
         message = item.get("message", "{kind}")
         if not isinstance(message, str):
             raise _fail(where, rid, "message must be a string")
+        component = item.get("component")
+        if component is not None and (not isinstance(component, str) or not _COMPONENT.fullmatch(component)):
+            raise _fail(where, rid, f"component must be a lower-case identifier such as 'gpu' (got {component!r})")
         rule = LogRule(
             id=rid,
             kind=kind,
@@ -189,6 +196,7 @@ def build_log_rules(doc: Mapping[str, Any], where: str = "kernel_log.toml") -> t
             examples=_strings(where, rid, item.get("examples", []), "examples"),
             counter_examples=_strings(where, rid, item.get("counter_examples", []), "counter_examples"),
             description=str(item.get("description", "")),
+            component=component,
         )
         if not rule.examples:
             raise _fail(where, rid, "needs at least one example line")
