@@ -1,6 +1,7 @@
 """Time is injected: everything that needs "now" takes a ``Clock``.
 
-``SystemClock`` is the only place in the package that reads the real clock.
+``SystemClock`` is the only place in the package that reads the real clock. ``ManualClock`` is
+the clock production code drives itself (a replay over recorded time, a rule's examples);
 ``minutiae.testing.FakeClock`` is the recording fake for tests.
 """
 
@@ -47,4 +48,8 @@ class ManualClock:
         return self.t
 
     def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock on by ``seconds`` (a replay stepping through recorded time)."""
         self.t += seconds

@@ -1,7 +1,7 @@
 """``minutiae backtest``: replay a history through a policy with the real, pure reconcile step.
 
 The replay walks from the history's start to its end in steps of ``step_s`` seconds (the time
-comes from a ``FakeClock``; nothing reads the real clock). At every step it applies the history
+comes from a ``ManualClock``; nothing reads the real clock). At every step it applies the history
 events due (reports, maintenance, jobs), runs :func:`minutiae.controller.reconcile.reconcile`
 on the fleet, records the decisions and lets an obedient scheduler carry them out (drains make
 nodes drained-by-us, resumes make them available), exactly as the controller's service loop
@@ -23,7 +23,7 @@ from typing import Any
 
 from minutiae.backtest.history import EventKind, History
 from minutiae.backtest.read import RECORDED
-from minutiae.clock import Clock
+from minutiae.clock import Clock, ManualClock
 from minutiae.controller.policy import Policy, RuleDo
 from minutiae.controller.reconcile import reconcile
 from minutiae.controller.state import (
@@ -37,7 +37,6 @@ from minutiae.controller.state import (
 from minutiae.model import Severity, Status
 from minutiae.schedulers.base import NodeSchedState, NodeState
 from minutiae.scoring.score import Detection, Scorecard, ScoreParams, score
-from minutiae.testing import FakeClock
 
 DETECTOR = "backtest"
 
@@ -143,7 +142,7 @@ def replay(history: History, policy: Policy, *, step_s: float = 60.0, scheduler:
     remembered, not paused) and hides findings no rule drains on (:func:`_policy_view`); the
     decisions are the same as with ``fast=False``, which runs reconcile on every step with the
     full reports (a test checks this)."""
-    clk = clock or FakeClock(start=history.start)
+    clk = clock or ManualClock(history.start)
     now = clk.now()
     # A recorded history starts when its recorder did: a node joins the replay at its first
     # report (the live controller could not count it as silent before then unless its scheduler
@@ -170,7 +169,7 @@ def replay(history: History, policy: Policy, *, step_s: float = 60.0, scheduler:
             if i >= len(events):
                 break
             skip = max(1, int((events[i].time - now) // step_s))
-            if isinstance(clk, FakeClock):
+            if isinstance(clk, ManualClock):
                 clk.advance(skip * step_s)
                 now = clk.now()
             else:  # pragma: no cover
@@ -217,10 +216,10 @@ def replay(history: History, policy: Policy, *, step_s: float = 60.0, scheduler:
                                                            jobs=jobs))
         memory = plan.memory
         steps += 1
-        if isinstance(clk, FakeClock):
+        if isinstance(clk, ManualClock):
             clk.advance(step_s)
             now = clk.now()
-        else:  # pragma: no cover - replay always runs on a FakeClock unless one is injected
+        else:  # pragma: no cover - replay always runs on a ManualClock unless one is injected
             now += step_s
     result = Replay(policy.source, history.source, step_s, steps, tuple(decisions), tuple(drains),
                     dict(held), tuple(alerts), suppressed=history.suppressed,

@@ -22,6 +22,7 @@ from functools import cache
 from typing import Any
 
 from minutiae.backtest.read import parse_csv
+from minutiae.clock import ManualClock
 from minutiae.model import Action, Finding, Severity
 from minutiae.model.snapshot import SnapshotBuilder
 from minutiae.node.sources.ib.parse_sysfs import ib_component, parse_ib_port
@@ -40,7 +41,6 @@ from minutiae.rules.engine.engine import Engine
 from minutiae.rules.engine.rules import EngineRule, shipped_engine_rules
 from minutiae.rules.log_findings import LogFindingMapper
 from minutiae.rules.logs import LogRule, kernel_log_rules
-from minutiae.testing import FakeClock
 
 BOOT_RULE = LogRule(id="backtest-boot", kind="boot", keywords=("Linux version",),
                     pattern=re.compile(r"^Linux version \S+"), severity=Severity.INFO,
@@ -103,7 +103,7 @@ def count_signals(findings: Sequence[TimedFinding], boots: Sequence[float], node
                             tf.time + r.window_s + r.clear_after_s + 1.0))
     order = sorted(findings, key=lambda tf: tf.time)
     boot_list = sorted(boots)
-    clock = FakeClock(start=min(moments))
+    clock = ManualClock(min(moments))
     engine: Engine | None = None
     boot_at: float | None = None
     i = 0
