@@ -54,6 +54,7 @@ class PathType(Enum):
 
 
 _NV_RE = re.compile(r"NV\d+")
+_HEX = re.compile(r"[0-9a-f]+")
 _ALIASES = {"SOC": "SYS", "PSB": "PXB"}
 _RANK = {
     PathType.NV: 0, PathType.PIX: 1, PathType.PXB: 2, PathType.PHB: 3, PathType.NODE: 4,
@@ -68,13 +69,25 @@ class NicKind(Enum):
     UNKNOWN = "unknown"
 
 
-def nic_kind_from_name(name: str) -> NicKind:
-    """The kind a device name implies (``mlx5_0`` InfiniBand/RoCE HCA, ``rdmap…`` EFA …)."""
-    if name.startswith(("mlx", "ib", "hfi")):
+#: PCI vendor ids that decide a NIC's kind on their own (Amazon: EFA devices are 0x1d0f:0xefa*)
+_AMAZON = "0x1d0f"
+_RDMA_ETH_VENDORS = {"0x15b3", "0x14e4", "0x8086", "0x1077", "0x1dd8", "0x19e5", "0x1924"}
+
+
+def nic_kind_from_pci(cls: str | None = None, vendor: str | None = None,
+                      device: str | None = None, link_layer: str | None = None) -> NicKind:
+    """The kind a source states, never guessed from a device name: PCI class 0x0207 or a port
+    link layer ``InfiniBand`` is InfiniBand; an Amazon (0x1d0f) device 0xefa* is EFA; a port
+    link layer ``Ethernet`` or an Ethernet-class (0x0200) device of a known RDMA NIC vendor is
+    Ethernet (RoCE when it is an RDMA device). An Ethernet-class device without a vendor is
+    UNKNOWN: EFA and RoCE adapters both show class 0x0200."""
+    c, v, d = (x.strip().lower() if x else "" for x in (cls, vendor, device))
+    ll = (link_layer or "").strip().lower()
+    if c.startswith("0x0207") or ll == "infiniband":
         return NicKind.INFINIBAND
-    if name.startswith(("efa", "rdmap")):
+    if v == _AMAZON and (not d or d.startswith("0xefa")):
         return NicKind.EFA
-    if name.startswith(("eth", "en", "bnxt", "rocep", "irdma", "qedr", "ionic", "erdma")):
+    if ll == "ethernet" or (c.startswith("0x0200") and v in _RDMA_ETH_VENDORS):
         return NicKind.ETHERNET
     return NicKind.UNKNOWN
 
@@ -232,20 +245,18 @@ def parse_hexmask(text: str) -> tuple[int, ...]:
     if not body:
         return ()
     groups = [g.strip() for g in body.split(",")]
+    if len(groups) > 4096:
+        raise ValueError(f"mask {text[:40]!r}... has more than 4096 groups")
     value = 0
     for g in groups:
         g = g[2:] if g.startswith("0x") else g
         if len(g) > 8 and len(groups) > 1 or len(g) > 4096:
             raise ValueError(f"bad mask group in {text!r}")
+        if g and not _HEX.fullmatch(g):  # int() would take "-5" and "+f": a negative never ends
+            raise ValueError(f"not a hex CPU mask: {text[:60]!r}")
         value = (value << 32) | int(g or "0", 16)  # hwloc writes an all-zero group as ""
-    cpus = []
-    bit = 0
-    while value:
-        if value & 1:
-            cpus.append(bit)
-        value >>= 1
-        bit += 1
-    return tuple(cpus)
+    bits = bin(value)[:1:-1]
+    return tuple(i for i, b in enumerate(bits) if b == "1")
 
 
 def format_hexmask(cpus: Iterable[int]) -> str:

@@ -29,7 +29,7 @@ from minutiae.model.topology import (
     NvLink,
     Nvme,
     PathType,
-    nic_kind_from_name,
+    nic_kind_from_pci,
     parse_hexmask,
 )
 
@@ -109,9 +109,8 @@ def parse_hwloc_xml(data: str | bytes, where: str | None = None) -> NodeTopology
             return ()
         try:
             return parse_hexmask(text)
-        except ValueError:
-            notes.append(f"unreadable bitmap {text!r}")
-            return ()
+        except ValueError as exc:
+            raise ParseError(f"unreadable CPU bitmap: {exc}", where) from None
 
     def walk(elem: ET.Element, numa: int | None, cpus: tuple[int, ...], chain: tuple[str, ...],
              host: bool) -> None:
@@ -199,10 +198,11 @@ def parse_hwloc_xml(data: str | bytes, where: str | None = None) -> NodeTopology
             net.get("name") if net is not None else None) or f.busid
         infos = {i.get("name"): i.get("value") for i in (of.findall("info") if of is not None else [])}
         state = _IB_STATE.get(infos.get("Port1State") or "")
-        kind = NicKind.INFINIBAND if (f.cls in ("0207", "0c06") or of is not None) else (
-            NicKind.EFA if f.vendor == "1d0f" else NicKind.ETHERNET)
-        if kind is NicKind.ETHERNET and nic_kind_from_name(name) is NicKind.INFINIBAND:
-            kind = NicKind.INFINIBAND
+        kind = nic_kind_from_pci(f"0x{f.cls}", f"0x{f.vendor}" if f.vendor else None,
+                                 link_layer=infos.get("Port1LinkLayer"))
+        lid = (infos.get("Port1LID") or "0").lower()
+        if kind is NicKind.UNKNOWN and (f.cls == "0c06" or lid not in ("0", "0x0", "0x0000")):
+            kind = NicKind.INFINIBAND  # old adapters' InfiniBand class; only IB ports have a LID
         nics.append(Nic(name=name, pci=f.busid, numa=f.place.numa, cpus=f.cpus, kind=kind,
                         state=state, port=1 if state else None,
                         netdev=net.get("name") if net is not None else None))

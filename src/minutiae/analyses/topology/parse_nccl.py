@@ -20,17 +20,15 @@ from minutiae.errors import ParseError
 from minutiae.model.topology import (
     Gpu,
     Nic,
-    NicKind,
     NodeTopology,
     NvLink,
     Nvme,
     PathType,
-    nic_kind_from_name,
+    nic_kind_from_pci,
     parse_hexmask,
 )
 
 _GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-_EFA_VENDOR = "0x1d0f"
 
 
 def pcie_gen(speed: str | None) -> int | None:
@@ -119,8 +117,8 @@ def parse_nccl_topo(data: str | bytes, where: str | None = None) -> NodeTopology
         if aff:
             try:
                 cpus = parse_hexmask(aff)
-            except ValueError:
-                notes.append(f"cpu numaid={numa}: unreadable affinity {aff!r}")
+            except ValueError as exc:
+                raise ParseError(f"cpu numaid={numa}: unreadable affinity: {exc}", where) from None
         if numa is not None:
             numa_cpus[numa] = cpus
         walk(cpu, numa, (), cpus)
@@ -177,18 +175,14 @@ def parse_nccl_topo(data: str | bytes, where: str | None = None) -> NodeTopology
         pci = d.pci
         cls = (pci.get("class") or "").lower() if pci is not None else ""
         vendor = (pci.get("vendor") or "").lower() if pci is not None else ""
-        kind = (NicKind.INFINIBAND if cls.startswith("0x0207")
-                else NicKind.EFA if vendor == _EFA_VENDOR
-                else NicKind.ETHERNET if cls.startswith("0x0200") else NicKind.UNKNOWN)
+        device = (pci.get("device") or "").lower() if pci is not None else ""
+        kind = nic_kind_from_pci(cls, vendor, device)
         gen = pcie_gen(pci.get("link_speed")) if pci is not None else None
         width = _width(pci.get("link_width")) if pci is not None else None
         if d.nets:
             for net in d.nets:
                 name = net.get("name") or d.busid or f"net{net.get('dev')}"
                 speed = _int(net.get("speed"))
-                if kind in (NicKind.UNKNOWN, NicKind.ETHERNET):
-                    by_name = nic_kind_from_name(name)
-                    kind = by_name if by_name is not NicKind.UNKNOWN else kind
                 nics.append(Nic(
                     name=name, pci=d.busid, numa=d.place.numa, cpus=d.cpus, kind=kind,
                     rate_gbps=speed / 1000 if speed else None, port=_int(net.get("port")),

@@ -19,11 +19,10 @@ from minutiae.analyses.topology.parse_pci import PciPlace, classify
 from minutiae.model.topology import (
     Gpu,
     Nic,
-    NicKind,
     NodeTopology,
     Nvme,
     PathType,
-    nic_kind_from_name,
+    nic_kind_from_pci,
     parse_cpulist,
 )
 
@@ -121,9 +120,9 @@ def topology_from_sysfs(snap: SysfsTopoSnapshot) -> NodeTopology:
         port_no = min(ib.ports) if ib.ports else None
         port = ib.ports.get(port_no, {}) if port_no is not None else {}
         link_layer = (port.get("link_layer") or "").strip() or None
-        kind = nic_kind_from_name(ib.name)
-        if kind is NicKind.INFINIBAND and link_layer == "Ethernet":
-            kind = NicKind.ETHERNET  # RoCE
+        kind = nic_kind_from_pci(pd.attrs.get("class") if pd else None,
+                                 pd.attrs.get("vendor") if pd else None,
+                                 pd.attrs.get("device") if pd else None, link_layer)
         nics.append(Nic(
             name=ib.name, pci=ib.busid, numa=numa_of(pd) if pd else None, cpus=cpus_of(pd),
             kind=kind, rate_gbps=parse_ib_rate(port.get("rate")),
