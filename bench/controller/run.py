@@ -245,7 +245,7 @@ def bench_gc(quick: bool) -> None:
     from minutiae.controller.policy import load_policy
     from minutiae.controller.service import Controller
     from minutiae.controller.store import Store
-    from minutiae.schedulers.registry import DryRunBackend
+    from minutiae.schedulers.dryrun import DryRunBackend
     from minutiae.testing import FakeClock
 
     def run(freeze: bool) -> dict[int, list[float]]:

@@ -2,6 +2,11 @@
 real slurmctld (fixture ``slurm_conf``; nodes gpu041-gpu064 only) and a real kube-apiserver
 (fixture ``kubeconfig``; Node objects, no kubelet), driven through the controller's pure
 reconcile step and safety budget, with the backend's own state read back after every step.
+Backends are made through the registry (``minutiae.schedulers.make_backend``).
+
+Every registered backend (dry-run too) has a harness here (``HARNESSES``): its declared optional
+capabilities (``BACKENDS[name].capabilities``) are compared with what the made backend has and
+exercised against the real scheduler, and its undo hint is run against it.
 
 Scenarios: drain on a critical finding (exact reason, ownership, idempotency), the budget holding
 under a storm (global cap, storm breaker), the per-job budget (a running Slurm job / a
@@ -10,6 +15,8 @@ Kubernetes Job's pods), never undoing an admin's drain or cordon, resume after t
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,6 +30,14 @@ from minutiae.controller.reconcile import reconcile
 from minutiae.controller.state import ControllerMemory, FleetState, NodeView, Plan, Report, Verb
 from minutiae.errors import BackendError
 from minutiae.model import Action, Finding, Severity, Status
+from minutiae.schedulers import (
+    BACKENDS,
+    NOTHING_TO_UNDO,
+    Capabilities,
+    capabilities_of,
+    make_backend,
+    undo_hint,
+)
 from minutiae.schedulers.base import NodeSchedState, NodeState, SchedulerBackend, make_reason
 from minutiae.schedulers.recording import RecordingBackend
 from minutiae.testing import FakeClock
@@ -42,17 +57,44 @@ class Harness(Protocol):
 
     def reset(self) -> None: ...
     def admin_drain(self, node: str) -> None: ...
-    def start_job(self, nodes: list[str]) -> str: ...
+    def start_job(self, nodes: list[str], tolerance: int | None = None) -> str: ...
+    def run_undo(self, command: str) -> None: ...
     def close(self) -> None: ...
 
 
-# -- the three schedulers ---------------------------------------------------------------------
+# -- the schedulers -----------------------------------------------------------------------------
+
+class DryRunHarness:
+    """No scheduler: only the capability and undo-hint contracts apply (it refuses to act)."""
+
+    name = "dry-run"
+
+    def __init__(self) -> None:
+        self.backend = make_backend("dry-run")
+
+    def reset(self) -> None:
+        pass
+
+    def admin_drain(self, node: str) -> None:
+        raise AssertionError("dry-run has no scheduler to drain")
+
+    def start_job(self, nodes: list[str], tolerance: int | None = None) -> str:
+        raise AssertionError("dry-run has no scheduler to run jobs")
+
+    def run_undo(self, command: str) -> None:
+        raise AssertionError(f"dry-run: nothing to run, got {command!r}")
+
+    def close(self) -> None:
+        pass
+
 
 class RecordingHarness:
     name = "recording"
 
     def __init__(self) -> None:
-        self.backend = RecordingBackend()
+        be = make_backend("recording")
+        assert isinstance(be, RecordingBackend)
+        self.backend = be
         self.reset()
 
     def reset(self) -> None:
@@ -63,10 +105,13 @@ class RecordingHarness:
     def admin_drain(self, node: str) -> None:
         self.backend.admin_drain(node, ADMIN_REASON)
 
-    def start_job(self, nodes: list[str]) -> str:
+    def start_job(self, nodes: list[str], tolerance: int | None = None) -> str:
         for n in nodes:
             self.backend.nodes[n] = replace(self.backend.nodes[n], jobs=("77",))
         return "77"
+
+    def run_undo(self, command: str) -> None:
+        raise AssertionError(f"recording fake: nothing to run, got {command!r}")
 
     def close(self) -> None:
         pass
@@ -76,10 +121,8 @@ class SlurmHarness:
     name = "slurm"
 
     def __init__(self, conf: str) -> None:
-        from minutiae.schedulers.slurm.backend import SlurmBackend
-
         self.conf = conf
-        self.backend = SlurmBackend(slurm_conf=conf)
+        self.backend = make_backend("slurm", slurm_conf=conf)
         self.jobs: list[str] = []
         self.reset()
 
@@ -106,15 +149,23 @@ class SlurmHarness:
     def admin_drain(self, node: str) -> None:
         self._run("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={ADMIN_REASON}")
 
-    def start_job(self, nodes: list[str]) -> str:
+    def start_job(self, nodes: list[str], tolerance: int | None = None) -> str:
+        comment = () if tolerance is None else ("--comment", f"minutiae:tolerance={tolerance}")
         job = self._run("sbatch", "--parsable", "-N", str(len(nodes)), "-w", ",".join(nodes),
-                        "-o", "/dev/null", "--wrap", "sleep 600").strip()
+                        *comment, "-o", "/dev/null", "--wrap", "sleep 600").strip()
         self.jobs.append(job)
         for _ in range(100):
             if self._run("squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING":
                 return job
             time.sleep(0.1)
         raise AssertionError(f"job {job} did not start")
+
+    def run_undo(self, command: str) -> None:
+        argv = shlex.split(command)
+        assert argv[0] == "scontrol", command
+        res = subprocess.run(argv, env={"SLURM_CONF": self.conf, "PATH": "/usr/bin:/bin"},
+                             capture_output=True, text=True, timeout=30, check=False)
+        assert res.returncode == 0, res.stderr
 
     def close(self) -> None:
         self.reset()
@@ -125,12 +176,12 @@ class KubernetesHarness:
     NS = "mk-contract"
 
     def __init__(self, kubeconfig: str) -> None:
-        from k8s_helpers import admin, config, ensure_namespace
-        from minutiae.schedulers.kubernetes.backend import KubernetesBackend
+        from k8s_helpers import admin, ensure_namespace
 
+        self.kubeconfig = kubeconfig
         self.api = admin(kubeconfig)
         ensure_namespace(self.api, self.NS)
-        self.backend = KubernetesBackend(config(kubeconfig), FakeClock(start=T0))
+        self.backend = make_backend("kubernetes", kubeconfig=kubeconfig, clock=FakeClock(start=T0))
         self.pods: list[str] = []
         self.reset()
 
@@ -148,13 +199,22 @@ class KubernetesHarness:
 
         admin_cordon(self.api, node)
 
-    def start_job(self, nodes: list[str]) -> str:
+    def start_job(self, nodes: list[str], tolerance: int | None = None) -> str:
         from k8s_helpers import create_pod
 
         for i, n in enumerate(nodes):
             create_pod(self.api, self.NS, f"train-{i}", n, {"job": "train"}, job="train")
             self.pods.append(f"train-{i}")
         return f"{self.NS}/Job/train"
+
+    def run_undo(self, command: str) -> None:
+        argv = shlex.split(command)
+        assert argv[0] == "kubectl", command
+        env = {"KUBECONFIG": self.kubeconfig, "PATH": "/usr/bin:/bin",
+               "HOME": os.environ.get("HOME", "/tmp")}
+        res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30,
+                             check=False)
+        assert res.returncode == 0, res.stderr
 
     def close(self) -> None:
         from k8s_helpers import delete
@@ -166,15 +226,27 @@ class KubernetesHarness:
         self.backend.close()
 
 
-@pytest.fixture(params=["recording", "slurm", "kubernetes"])
+#: one harness per registered backend (test_every_registered_backend_has_a_harness)
+HARNESSES: dict[str, Any] = {
+    "dry-run": lambda request: DryRunHarness(),
+    "recording": lambda request: RecordingHarness(),
+    "slurm": lambda request: SlurmHarness(request.getfixturevalue("slurm_conf")),
+    "kubernetes": lambda request: KubernetesHarness(request.getfixturevalue("kubeconfig")),
+}
+#: the backends that act (the scenarios below drain and resume through them)
+ACTING = ["recording", "slurm", "kubernetes"]
+
+
+@pytest.fixture(params=ACTING)
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    h: Any
-    if request.param == "recording":
-        h = RecordingHarness()
-    elif request.param == "slurm":
-        h = SlurmHarness(request.getfixturevalue("slurm_conf"))
-    else:
-        h = KubernetesHarness(request.getfixturevalue("kubeconfig"))
+    h = HARNESSES[request.param](request)
+    yield h
+    h.close()
+
+
+@pytest.fixture(params=list(HARNESSES))
+def any_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    h = HARNESSES[request.param](request)
     yield h
     h.close()
 
@@ -182,10 +254,9 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
 # -- driving reconcile against a backend --------------------------------------------------------
 
 def read_states(h: Harness) -> dict[str, NodeState]:
-    bulk = getattr(h.backend, "states", None)
-    if callable(bulk):
-        got: dict[str, NodeState] = bulk(NODES)
-        return got
+    bulk = Capabilities.of(h.backend).bulk
+    if bulk is not None:
+        return bulk.states(NODES)
     return {n: h.backend.state(n) for n in NODES}
 
 
@@ -312,3 +383,62 @@ def test_resume_only_after_the_healthy_delay(harness: Harness) -> None:
     assert st.state is NodeSchedState.AVAILABLE and not st.ours
     harness.backend.resume(node)  # idempotent
     assert harness.backend.state(node).state is NodeSchedState.AVAILABLE
+
+
+# -- every registered backend: declared capabilities and undo hints -----------------------------
+
+def test_every_registered_backend_has_a_harness() -> None:
+    assert set(HARNESSES) == set(BACKENDS)
+    assert set(ACTING) == {n for n in BACKENDS if n != "dry-run"}
+
+
+def test_declared_capabilities_are_the_real_ones(any_harness: Harness) -> None:
+    be = any_harness.backend
+    assert be.name == any_harness.name
+    assert capabilities_of(be) == BACKENDS[any_harness.name].capabilities
+    caps = Capabilities.of(be)
+    single = {n: be.state(n) for n in NODES}
+    if caps.bulk is not None:   # one call, the same answer as asking node by node
+        assert caps.bulk.states(NODES) == single
+    if caps.listing is not None:  # every node the scheduler knows, the fleet's among them
+        every = caps.listing.all_states()
+        assert set(NODES) <= set(every)
+        assert {n: every[n] for n in NODES} == single
+    if caps.tolerances is not None:  # the job's own metadata says how many nodes it may lose
+        job = any_harness.start_job(NODES[6:8], tolerance=1)
+        assert caps.tolerances.job_tolerances().get(job) == 1
+
+
+def test_undo_hint_of_a_drain_puts_the_node_back(harness: Harness,
+                                                  request: pytest.FixtureRequest) -> None:
+    node = NODES[7]
+    harness.backend.drain(node, make_reason("xid 79 step=reboot"))
+    assert harness.backend.state(node).ours
+    hint = undo_hint(harness.name, "drain", node)
+    if harness.name == "recording":
+        assert hint == NOTHING_TO_UNDO
+        return
+    if harness.name == "kubernetes":
+        # Known gap (reported, not changed here): `kubectl uncordon` clears spec.unschedulable
+        # but minutiae's NoSchedule taint and ownership annotations stay, so the node still
+        # reads DRAINED (ours) after the hint is run.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="uncordon keeps our taint"))
+    harness.run_undo(hint)
+    assert harness.backend.state(node).state is NodeSchedState.AVAILABLE
+
+
+def test_undo_hint_of_a_resume_drains_again(harness: Harness) -> None:
+    node = NODES[8]
+    reason = make_reason("xid 79 step=reboot")
+    harness.backend.drain(node, reason)
+    harness.backend.resume(node)
+    assert harness.backend.state(node).state is NodeSchedState.AVAILABLE
+    hint = undo_hint(harness.name, "resume", node, reason)
+    if harness.name == "recording":
+        assert hint == NOTHING_TO_UNDO
+        return
+    harness.run_undo(hint)
+    st = harness.backend.state(node)
+    assert st.state is NodeSchedState.DRAINED
+    if harness.name == "slurm":  # the reason goes back too, so it is ours again
+        assert st.ours and st.reason == reason

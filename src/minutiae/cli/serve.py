@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from minutiae.cli.tokens import read_token
+from minutiae.schedulers import serve_backends
 
 
 @click.command("serve")
@@ -12,7 +13,7 @@ from minutiae.cli.tokens import read_token
 @click.option("--db", default="minutiae-controller.db", show_default=True,
               help="SQLite store (WAL): reports, memory, audit log")
 @click.option("--policy", "policy_path", default=None, help="policy TOML (default: shipped)")
-@click.option("--backend", type=click.Choice(["dry-run", "slurm", "kubernetes"]),
+@click.option("--backend", type=click.Choice(serve_backends()),
               default="dry-run", show_default=True)
 @click.option("--slurm-conf", envvar="SLURM_CONF", default=None, help="slurm.conf for scontrol")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None)

@@ -9,7 +9,7 @@ from minutiae.controller.policy import load_policy
 from minutiae.controller.service import Controller
 from minutiae.controller.store import Store
 from minutiae.errors import ConfigError
-from minutiae.schedulers.registry import make_backend
+from minutiae.schedulers import make_backend
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -33,10 +33,13 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     if act is not None:
         policy = replace(policy, dry_run=not act)
     clock = SystemClock()
-    be = make_backend(backend, clock, slurm_conf=slurm_conf, kubeconfig=kubeconfig)
+    import os
+
+    # MINUTIAE_K8S_EVICT=1: also evict a drained node's pods (PodDisruptionBudgets honoured)
+    be = make_backend(backend, clock=clock, slurm_conf=slurm_conf, kubeconfig=kubeconfig,
+                      evict=os.environ.get("MINUTIAE_K8S_EVICT") == "1")
     if backend == "dry-run":
         policy = replace(policy, dry_run=True)
-    import os
     from pathlib import Path
 
     from minutiae.controller.notify.slack import notifiers_from_env

@@ -1,6 +1,7 @@
 """Reading scheduler states for a reconcile step (the controller caches them): the backend's
-bulk ``states(nodes)`` when it has one, else ``state(node)`` one by one; with ``everything``,
-``all_states()`` (every node the scheduler knows) when the backend can list its nodes."""
+bulk ``states(nodes)`` when it declares ``BulkStates``, else ``state(node)`` one by one; with
+``everything``, ``all_states()`` (every node the scheduler knows) when it declares
+``ListsNodes`` (capabilities found once, ``Capabilities.of(backend)``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from minutiae.errors import BackendUnavailable, MinutiaeError
-from minutiae.schedulers.base import NodeState, SchedulerBackend
+from minutiae.schedulers.base import Capabilities, NodeState, SchedulerBackend
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,25 +23,26 @@ class StatesRead:
     known: frozenset[str] | None
 
 
-def read_states(backend: SchedulerBackend, nodes: Sequence[str], *, everything: bool,
-                in_fleet: Callable[[str], bool], problem: Callable[[str], None]) -> StatesRead:
+def read_states(backend: SchedulerBackend, caps: Capabilities, nodes: Sequence[str], *,
+                everything: bool, in_fleet: Callable[[str], bool],
+                problem: Callable[[str], None]) -> StatesRead:
     """States of ``nodes`` (plus the listed fleet with ``everything``); says what it could not
     read through ``problem``, never raises for a scheduler problem."""
     failed: set[str] = set()
     need = list(nodes)
     out: dict[str, NodeState | None] = {}
     known: frozenset[str] | None = None
-    bulk = getattr(backend, "states", None)
-    listing = getattr(backend, "all_states", None) if everything else None
-    if callable(listing) or (need and callable(bulk)):
+    bulk = caps.bulk
+    listing = caps.listing if everything else None
+    if listing is not None or (need and bulk is not None):
         try:
-            if callable(listing):
-                got: dict[str, NodeState] = listing()
+            if listing is not None:
+                got: dict[str, NodeState] = listing.all_states()
                 known = frozenset(n for n in got if in_fleet(n))
                 need = sorted(set(need) | known)
             else:
-                assert callable(bulk)
-                got = bulk(need)
+                assert bulk is not None
+                got = bulk.states(need)
         except BackendUnavailable as exc:
             problem(f"scheduler unreachable, not acting this step: {exc}")
             return StatesRead({}, frozenset(need), None)

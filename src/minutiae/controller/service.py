@@ -36,7 +36,7 @@ from minutiae.controller.state import (
 from minutiae.controller.store import DONE, DRY_RUN, FAILED, AuditRow, Store
 from minutiae.controller.views import explain_view, status_view
 from minutiae.errors import BackendError, BackendUnavailable, MinutiaeError
-from minutiae.schedulers.base import NodeSchedState, NodeState, SchedulerBackend
+from minutiae.schedulers.base import Capabilities, NodeSchedState, NodeState, SchedulerBackend
 
 REMEDIATION_KEY = "remediation"
 _BUSY = (NodeSchedState.DRAINED, NodeSchedState.DRAINING)
@@ -61,6 +61,8 @@ class Controller:
                  sched_ttl_s: float = 30.0, recorder: ReportRecorder | None = None) -> None:
         self.store = store
         self.backend = backend
+        #: the backend's optional capabilities (bulk states, listing, job tolerances), found once
+        self.caps = Capabilities.of(backend)
         self.policy = policy
         self.clock = clock
         self.dry_run = policy.dry_run if dry_run is None else dry_run
@@ -131,7 +133,7 @@ class Controller:
         it has one) → state, or None for an interesting node whose state could not be read
         (reconcile never acts on it; others keep their cached state). ``everything``: also
         every fleet node the scheduler knows (``all_states``), reported or not."""
-        got = read_states(self.backend, list(nodes), everything=everything,
+        got = read_states(self.backend, self.caps, list(nodes), everything=everything,
                           in_fleet=self.policy.in_fleet, problem=self.problem)
         if got.known is not None:
             self._known = set(got.known)
@@ -330,11 +332,11 @@ class Controller:
     def _read_job_tolerances(self) -> None:
         """Jobs' own tolerance from the scheduler (Slurm: ``--comment
         minutiae:tolerance=N``), when the backend can tell; the API's value wins."""
-        read = getattr(self.backend, "job_tolerances", None)
-        if not callable(read):
+        read = self.caps.tolerances
+        if read is None:
             return
         try:
-            self._sched_tolerance = dict(read())
+            self._sched_tolerance = dict(read.job_tolerances())
         except MinutiaeError as exc:  # keep the last known values
             self.problem(f"job tolerances from the scheduler unknown this step: {exc}")
 

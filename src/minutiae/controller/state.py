@@ -8,7 +8,6 @@ rung, healthy-since, drain history for lemons, token buckets, pause/breaker).
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -16,6 +15,7 @@ from typing import Any
 
 from minutiae.controller.budget import Bucket, BudgetVerdict
 from minutiae.model import Action, Finding, Status
+from minutiae.schedulers import undo_hint
 from minutiae.schedulers.base import NodeSchedState, NodeState
 
 
@@ -199,22 +199,12 @@ class Plan:
 
 
 def undo_command(scheduler: str, verb: Verb, node: str, reason: str = "") -> str:
-    """The exact command that reverses ``verb`` on ``node`` with ``scheduler``'s own tools."""
+    """The exact command that reverses ``verb`` on ``node`` with ``scheduler``'s own tools
+    (the registered backend's ``undo_hint``; a HOLD or an ESCALATE touched no scheduler)."""
     if verb is Verb.DRAIN:
-        if scheduler == "kubernetes":
-            argv = ["kubectl", "uncordon", node]
-        elif scheduler == "slurm":
-            argv = ["scontrol", "update", f"NodeName={node}", "State=RESUME"]
-        else:
-            return "nothing to undo: dry-run, the scheduler was not touched"
-        return shlex.join(argv)
+        return undo_hint(scheduler, "drain", node)
     if verb is Verb.RESUME:
-        if scheduler == "kubernetes":
-            return shlex.join(["kubectl", "cordon", node])
-        if scheduler == "slurm":
-            return shlex.join(["scontrol", "update", f"NodeName={node}", "State=DRAIN",
-                               f"Reason={reason or 'minutiae: manual'}"])
-        return "nothing to undo: dry-run, the scheduler was not touched"
+        return undo_hint(scheduler, "resume", node, reason)
     if verb is Verb.ESCALATE:
         return "none needed: escalation only records the requested remediation"
     return "nothing was done"

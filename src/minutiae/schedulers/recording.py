@@ -1,7 +1,7 @@
 """A recording fake of ``SchedulerBackend`` (httpx-transport style): keeps node states in memory
 and records every call, so policy/controller tests assert on what would have been done.
-The contract suite (tests/test_backends_contract.py) runs the same checks against real Slurm and
-Kubernetes."""
+The contract suite (tests/schedulers/test_backends_contract.py) runs the same checks against real
+Slurm and Kubernetes. Registered as ``recording`` (not offered by ``minutiae serve``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from dataclasses import dataclass, field
 
 from minutiae.errors import BackendError, BackendUnavailable
 from minutiae.schedulers.base import (
+    NOTHING_TO_UNDO,
     REASON_PREFIX,
+    BackendOptions,
     NodeSchedState,
     NodeState,
+    UndoVerb,
     make_reason,
     validate_node,
 )
@@ -33,6 +36,14 @@ class RecordingBackend:
     calls: list[Call] = field(default_factory=list)
     annotations: dict[tuple[str, str], str] = field(default_factory=dict)
     unreachable: bool = False
+
+    @classmethod
+    def create(cls, opts: BackendOptions) -> RecordingBackend:
+        return cls()
+
+    @staticmethod
+    def undo_hint(verb: UndoVerb, node: str, reason: str = "") -> str:
+        return NOTHING_TO_UNDO  # no real scheduler was touched
 
     def add_node(self, node: str, jobs: tuple[str, ...] = ()) -> None:
         self.nodes[validate_node(node)] = NodeState(node, NodeSchedState.AVAILABLE, jobs=jobs)

@@ -20,6 +20,7 @@ re-read, never overwritten. Every operation is idempotent.
 from __future__ import annotations
 
 import logging
+import shlex
 import time as _time
 import uuid
 from collections.abc import Callable, Sequence
@@ -29,9 +30,16 @@ from urllib.parse import quote
 
 import httpx
 
-from minutiae.clock import Clock
+from minutiae.clock import Clock, SystemClock
 from minutiae.errors import BackendError, ValidationError
-from minutiae.schedulers.base import NodeSchedState, NodeState, make_reason, validate_node
+from minutiae.schedulers.base import (
+    BackendOptions,
+    NodeSchedState,
+    NodeState,
+    UndoVerb,
+    make_reason,
+    validate_node,
+)
 from minutiae.schedulers.kubernetes.config import KubeConfig, load_in_cluster, load_kubeconfig
 from minutiae.schedulers.kubernetes.http import STRATEGIC, KubeAPIError, KubeClient
 
@@ -157,6 +165,19 @@ class KubernetesBackend:
     evictions: dict[str, EvictionReport] = field(default_factory=dict)
     _client: KubeClient | None = field(default=None, repr=False)
     _eviction_version: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def create(cls, opts: BackendOptions) -> KubernetesBackend:
+        """From ``opts.kubeconfig`` when given, else the in-cluster service account."""
+        clock = opts.clock or SystemClock()
+        if opts.kubeconfig:
+            return cls.from_kubeconfig(opts.kubeconfig, clock, evict=opts.evict)
+        return cls.in_cluster(clock, evict=opts.evict)
+
+    @staticmethod
+    def undo_hint(verb: UndoVerb, node: str, reason: str = "") -> str:
+        """``kubectl uncordon`` reverses a drain, ``kubectl cordon`` a resume."""
+        return shlex.join(["kubectl", "uncordon" if verb == "drain" else "cordon", node])
 
     @classmethod
     def from_kubeconfig(cls, path: str, clock: Clock, context: str | None = None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,8 +25,10 @@ from typing import Protocol
 from minutiae.errors import BackendError, BackendUnavailable, ValidationError
 from minutiae.schedulers.base import (
     REASON_PREFIX,
+    BackendOptions,
     NodeSchedState,
     NodeState,
+    UndoVerb,
     make_reason,
     validate_node,
 )
@@ -151,6 +154,18 @@ class SlurmBackend:
     """``SchedulerBackend`` for Slurm. ``slurm_conf`` (path) goes into ``SLURM_CONF``."""
 
     name = "slurm"
+
+    @classmethod
+    def create(cls, opts: BackendOptions) -> SlurmBackend:
+        return cls(slurm_conf=opts.slurm_conf)
+
+    @staticmethod
+    def undo_hint(verb: UndoVerb, node: str, reason: str = "") -> str:
+        """``scontrol update`` that reverses a drain (RESUME) or a resume (DRAIN again)."""
+        if verb == "drain":
+            return shlex.join(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        return shlex.join(["scontrol", "update", f"NodeName={node}", "State=DRAIN",
+                           f"Reason={reason or 'minutiae: manual'}"])
 
     def __init__(
         self,
