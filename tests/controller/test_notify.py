@@ -283,7 +283,7 @@ def test_messages_stay_within_slack_limits(items: list[tuple[str, Verb, str, lis
 
 
 def test_notifiers_from_env(endpoint: Endpoint, tmp_path: Path) -> None:
-    from minutiae.controller.notify.slack import notifiers_from_env
+    from minutiae.controller.notify import notifiers_from_env
     from minutiae.errors import ConfigError
 
     assert notifiers_from_env({}, FakeClock()) == []
@@ -298,3 +298,18 @@ def test_notifiers_from_env(endpoint: Endpoint, tmp_path: Path) -> None:
     assert (tmp_path / "notify-outbox-slack.json").is_file()
     with pytest.raises(ConfigError, match="MINUTIAE_SLACK_WEBHOOK: not an http"):
         notifiers_from_env({"MINUTIAE_SLACK_WEBHOOK": "file:///etc/passwd"}, FakeClock())
+
+
+def test_notifier_registry_one_line_each(tmp_path: Path) -> None:
+    """Each registered notifier is turned on by its own variable alone and is built by its
+    module's ``from_env``; unset or blank variables build nothing."""
+    from minutiae.controller.notify import NOTIFIERS, notifiers_from_env
+
+    assert [(e.name, e.env) for e in NOTIFIERS] == [
+        ("slack", "MINUTIAE_SLACK_WEBHOOK"), ("webhook", "MINUTIAE_WEBHOOK_URL")]
+    kinds = {"slack": SlackNotifier, "webhook": WebhookNotifier}
+    for e in NOTIFIERS:
+        [n] = notifiers_from_env({e.env: "https://hooks.example.test/x"}, FakeClock(),
+                                 outbox_dir=tmp_path)
+        assert isinstance(n, kinds[e.name])
+        assert notifiers_from_env({e.env: "  "}, FakeClock()) == []

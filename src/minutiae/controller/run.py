@@ -42,7 +42,7 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
         policy = replace(policy, dry_run=True)
     from pathlib import Path
 
-    from minutiae.controller.notify.slack import notifiers_from_env
+    from minutiae.controller.notify import notifiers_from_env
 
     # MINUTIAE_SLACK_WEBHOOK / MINUTIAE_WEBHOOK_URL (+ _SECRET): decisions to Slack / a webhook
     notifiers = notifiers_from_env(os.environ, clock, scheduler=be.name, dry_run=policy.dry_run,

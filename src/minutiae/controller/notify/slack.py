@@ -10,7 +10,8 @@
 
 Slack's limits are respected (header 150 chars, section text 3000, ≤ 10 fields, ≤ 50 blocks) and
 ``&``, ``<``, ``>`` in log lines are escaped so a kernel line never turns into a broken link.
-Delivery (outbox, retries, backoff) is ``notify_webhook.Poster``'s.
+Delivery (outbox, retries, backoff) is ``webhook.Poster``'s. Registered as ``slack``
+(``MINUTIAE_SLACK_WEBHOOK``) in ``NOTIFIERS``.
 """
 
 from __future__ import annotations
@@ -20,14 +21,11 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from minutiae.clock import Clock
-from minutiae.controller.notify.base import Notifier
-from minutiae.controller.notify.webhook import Poster
+from minutiae.controller.notify.base import Notifier, NotifyContext
+from minutiae.controller.notify.webhook import Outbox, Poster
 from minutiae.controller.state import Decision, Verb, undo_command
-from minutiae.errors import ConfigError
 
 log = logging.getLogger("minutiae.notify")
 
@@ -227,31 +225,7 @@ class SlackNotifier:
             log.exception("notify: slack failed: %s", exc)
 
 
-def notifiers_from_env(env: Mapping[str, str], clock: Clock, *, scheduler: str = "slurm",
-                       dry_run: bool = False, outbox_dir: Path | None = None) -> list[Notifier]:
-    """The notifiers the environment asks for: ``MINUTIAE_SLACK_WEBHOOK`` (Slack incoming
-    webhook URL) and ``MINUTIAE_WEBHOOK_URL`` (+ ``MINUTIAE_WEBHOOK_SECRET`` for the HMAC
-    signature). Their outboxes live in ``outbox_dir`` (beside the controller's store) when
-    given, so undelivered messages survive a restart."""
-    from minutiae.controller.notify.webhook import Outbox, WebhookNotifier
-
-    def outbox(name: str) -> Outbox:
-        return Outbox(outbox_dir / f"notify-outbox-{name}.json" if outbox_dir else None)
-
-    out: list[Notifier] = []
-    slack_url = env.get("MINUTIAE_SLACK_WEBHOOK", "").strip()
-    if slack_url:
-        _check_url(slack_url, "MINUTIAE_SLACK_WEBHOOK")
-        out.append(SlackNotifier(slack_url, Poster(clock, outbox("slack")), scheduler=scheduler,
-                                 dry_run=dry_run))
-    hook = env.get("MINUTIAE_WEBHOOK_URL", "").strip()
-    if hook:
-        _check_url(hook, "MINUTIAE_WEBHOOK_URL")
-        secret = env.get("MINUTIAE_WEBHOOK_SECRET") or None
-        out.append(WebhookNotifier(hook, Poster(clock, outbox("webhook"), secret=secret)))
-    return out
-
-
-def _check_url(url: str, var: str) -> None:
-    if not url.startswith(("https://", "http://")) or any(c.isspace() for c in url):
-        raise ConfigError(f"{var}: not an http(s) URL")
+def from_env(url: str, env: Mapping[str, str], ctx: NotifyContext) -> Notifier:
+    """``MINUTIAE_SLACK_WEBHOOK`` (a Slack incoming webhook URL) → a ``SlackNotifier``."""
+    return SlackNotifier(url, Poster(ctx.clock, Outbox(ctx.outbox_path("slack"))),
+                         scheduler=ctx.scheduler, dry_run=ctx.dry_run)

@@ -13,6 +13,7 @@ they and exhausted messages go to ``dead`` with the reason, and are logged.
     {"source": "minutiae", "time": <epoch s>, "alerts": [...], "decisions": [Decision.to_json()...]}
 
 with an ``X-Minutiae-Signature: sha256=<hex HMAC of the body>`` header when a secret is set.
+Registered as ``webhook`` (``MINUTIAE_WEBHOOK_URL``, ``MINUTIAE_WEBHOOK_SECRET``) in ``NOTIFIERS``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import hmac
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 import httpx
 
 from minutiae.clock import Clock
+from minutiae.controller.notify.base import Notifier, NotifyContext
 from minutiae.controller.state import Decision
 
 log = logging.getLogger("minutiae.notify")
@@ -226,3 +228,11 @@ class WebhookNotifier:
                 self.poster.flush()
         except Exception as exc:  # never stop remediation
             log.exception("notify: webhook failed: %s", exc)
+
+
+def from_env(url: str, env: Mapping[str, str], ctx: NotifyContext) -> Notifier:
+    """``MINUTIAE_WEBHOOK_URL`` (+ ``MINUTIAE_WEBHOOK_SECRET`` for the HMAC signature) → a
+    ``WebhookNotifier``."""
+    secret = env.get("MINUTIAE_WEBHOOK_SECRET") or None
+    return WebhookNotifier(url, Poster(ctx.clock, Outbox(ctx.outbox_path("webhook")),
+                                       secret=secret))
