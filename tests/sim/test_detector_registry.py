@@ -50,6 +50,16 @@ def test_rule_driven_detectors_report_their_catalogs_kinds() -> None:
     assert by["stragglers"] == {"straggler"} and by["regress"] == {"regression"}
 
 
+def test_every_kind_the_profile_names_is_one_a_detector_reports() -> None:
+    """``explained_by`` names finding kinds (``xid:79``: kind ``xid``, code 79): a kind that no
+    registered detector reports is a typo in the profile, and would explain nothing."""
+    from minutiae.sim.world.profile import load_profile
+
+    reported = {k for d in detectors() for k in d.finding_kinds()}
+    named = {key.split(":")[0] for key in load_profile().explains.classes}
+    assert named and named <= reported, sorted(named - reported)
+
+
 def test_register_refuses_unknown_parts_and_a_second_detector_of_a_name(scratch: list[str]) -> None:
     with pytest.raises(ConfigError, match="unknown dataset parts"):
         register("t_parts", what="x", needs=("kern.logs",), kinds=("k",))

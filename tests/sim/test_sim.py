@@ -47,6 +47,12 @@ def test_profile_without_source_is_refused_naming_the_file() -> None:
     ("rate = 0.067", "rate = -1.0"),
     ('unit = "per_1000_gpu_days"', 'unit = "per_fortnight"'),
     ("repair_hours = [4.0, 48.0]", "repair_hours = [48.0, 4.0]"),
+    # what explains a class is data, validated at load: one class per kind's false alarms,
+    # kinds spelled as kinds, no unknown keys
+    ('explained_by = ["xid:79", "gpu_off_bus", "gpu_missing"]', 'explained_by = ["xid:79", "ib_link"]'),
+    ('explained_by = ["xid:79", "gpu_off_bus", "gpu_missing"]', 'explained_by = ["Xid 79"]'),
+    ('also_explained_by = ["xid:140"]', 'also_explained_by = ["xid:1400"]'),
+    ('[rollouts]\nexplained_by = ["regression"]', '[rollouts]\nexplains = ["regression"]'),
 ])
 def test_profile_validation(bad: str, match: str) -> None:
     with pytest.raises(ConfigError, match="p.toml"):
@@ -148,3 +154,24 @@ def test_dataset_reader_garbage_is_a_clear_error(tmp_path_factory: pytest.TempPa
         load_dataset(ds)
     except InputError as exc:
         assert name in str(exc) or str(ds) in str(exc)
+
+
+def test_a_dataset_is_scored_by_the_explanations_of_its_own_profile(tmp_path: Path) -> None:
+    """The writer records the profile's map in meta.json; the reader uses it (another profile's
+    map comes through), and a dataset written before it carried one gets the default's."""
+    import json
+
+    from minutiae.scoring.explain import Explains, default_explains
+    from minutiae.sim.dataset import load_dataset
+
+    run_sim(tmp_path / "d", nodes=2, gpus_per_node=2, days=0.05, seed=1)
+    meta_path = tmp_path / "d" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    assert Explains.from_json(meta["explains"], "m") == load_profile().explains
+    assert load_dataset(tmp_path / "d").explains == load_profile().explains
+    meta["explains"] = {"xid:79": ["app_xid"]}
+    meta_path.write_text(json.dumps(meta))
+    assert load_dataset(tmp_path / "d").explains.of("xid:79", "xid") == ("app_xid",)
+    del meta["explains"]
+    meta_path.write_text(json.dumps(meta))
+    assert load_dataset(tmp_path / "d").explains == default_explains()

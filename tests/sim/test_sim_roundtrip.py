@@ -10,7 +10,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from minutiae.scoring.score import KIND_CLASSES, Detection
+from minutiae.scoring.explain import default_explains
+from minutiae.scoring.score import Detection
 from minutiae.scoring.truth import TruthEvent
 from minutiae.sim.api import run_sim
 from minutiae.sim.dataset import Dataset, load_dataset
@@ -54,7 +55,7 @@ def _faults(ds: Dataset, sig: str) -> list[TruthEvent]:
 
 def _hits(t: TruthEvent, dets: list[Detection], grace: float = GRACE) -> list[Detection]:
     return [d for d in dets if d.node == t.node and t.start - 60 <= d.time <= t.end + grace
-            and t.cls in KIND_CLASSES.get(d.key, KIND_CLASSES.get(d.kind, ()))]
+            and t.cls in default_explains().of(d.key, d.kind)]
 
 
 def _need(found: dict[str, list[Detection]], name: str) -> list[Detection]:

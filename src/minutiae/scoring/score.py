@@ -4,7 +4,8 @@ A ``Detection`` is one thing a detector said about a node at a time. Detections 
 (detector, node, kind, code) closer than ``merge_s`` are one *alarm* (an operator sees one page,
 not eight lines of the same Xid burst). An alarm *matches* a truth event that covers its node
 and whose window ``[start - slack_s, end + grace_s]`` holds the alarm time; among several, a
-class the alarm's kind can explain wins (see ``KIND_CLASSES``), harmful before benign, then
+class the alarm's kind can explain wins (``Explains``: data in the fault profile, see
+:mod:`minutiae.scoring.explain`), harmful before benign, then
 the shortest window. An alarm matched to a harmful fault is a true alarm; one matched to a
 benign event (an application Xid, a planned reboot...) or to nothing is a false alarm.
 """
@@ -18,36 +19,8 @@ from typing import Any
 import numpy as np
 
 from minutiae.model import Severity
+from minutiae.scoring.explain import Explains, default_explains
 from minutiae.scoring.truth import TruthEvent
-
-#: detection kind (``kind`` or ``kind:code``) -> truth classes it can explain
-KIND_CLASSES: dict[str, tuple[str, ...]] = {
-    "xid:79": ("gpu_off_bus",), "gpu_off_bus": ("gpu_off_bus",), "gpu_missing": ("gpu_off_bus",),
-    "xid:74": ("gpu_nvlink",), "nvlink_error": ("gpu_nvlink",), "nvlink_errors": ("gpu_nvlink",),
-    "nvlink_down": ("gpu_nvlink",),
-    "xid:95": ("gpu_uncontained",), "xid:140": ("gpu_uncontained", "gpu_dbe"),
-    "xid:48": ("gpu_dbe",), "xid:63": ("gpu_dbe",), "xid:94": ("gpu_dbe",), "ecc_dbe": ("gpu_dbe",),
-    "row_remap_pending": ("gpu_dbe",), "ecc_sbe": ("gpu_dbe",),
-    "xid:64": ("row_remap_failure",), "row_remap_failure": ("row_remap_failure",),
-    "xid:119": ("gsp_timeout",), "xid:120": ("gsp_timeout",), "gsp_timeout": ("gsp_timeout",),
-    "ib_port_down": ("ib_link_down", "ib_link_flap", "boot_settle", "planned_reboot"),
-    "ib_link": ("ib_link_down", "ib_link_flap", "boot_settle", "planned_reboot"),
-    "nic_error": ("boot_settle", "planned_reboot"),
-    "ib_link_downed": ("ib_link_flap", "ib_link_down", "ib_rate_degraded"),
-    "ib_symbol_errors": ("ib_symbol_errors", "ib_link_flap"), "ib_rcv_errors": ("ib_symbol_errors", "ib_link_flap"),
-    "ib_rate_degraded": ("ib_rate_degraded",),
-    "pcie_link_degraded": ("pcie_degraded",), "pcie_replay": ("pcie_degraded",),
-    "throttle": ("thermal_throttle",), "temperature": ("thermal_throttle",),
-    "straggler": ("persistent_straggler", "fail_slow", "thermal_throttle", "pcie_degraded",
-                  "ib_link_flap", "ib_rate_degraded", "hung_task", "ib_symbol_errors",
-                  "pipeline_imbalance", "gc_pause", "seqlen_variance", "diurnal_drift"),
-    "slow_node": ("persistent_straggler", "thermal_throttle", "fail_slow", "pcie_degraded",
-                  "ib_rate_degraded", "ib_link_flap", "diurnal_drift"),
-    "mce": ("mce_corrected", "edac_ue"), "edac_ce": ("mce_corrected",), "edac_ue": ("edac_ue",),
-    "oom_kill": ("oom_kill",), "hung_task": ("hung_task",), "nfs_timeout": ("nfs_timeout",),
-    "xid:13": ("app_xid",), "xid:31": ("app_xid",), "xid:43": ("app_xid",), "xid:45": ("app_xid",),
-    "regression": ("perf_regression",), "peermem_error": ("peermem_teardown",),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +209,8 @@ class _Index:
     """Truth by node; a fleet- or job-wide event only explains alarms whose kind it fits, and a
     harmful node fault of another class explains an alarm only when nothing fitting does."""
 
-    def __init__(self, truth: Sequence[TruthEvent]) -> None:
+    def __init__(self, truth: Sequence[TruthEvent], explains: Explains | None = None) -> None:
+        self.explains = explains if explains is not None else default_explains()
         self.by_node: dict[str, list[TruthEvent]] = {}
         self.fleet: list[TruthEvent] = []        # scope "fleet": covers every node
         self.nodeless: list[TruthEvent] = []     # job- and fleet-wide: what a node-less alarm can match
@@ -256,7 +230,7 @@ class _Index:
                  and _same_subject(d, t)]
         if not cands:
             return None
-        explains = KIND_CLASSES.get(d.key, KIND_CLASSES.get(d.kind, ()))
+        explains = self.explains.of(d.key, d.kind)
 
         def rank(t: TruthEvent) -> tuple[int, float]:
             compat = t.cls in explains
@@ -274,10 +248,12 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def score(truth: Sequence[TruthEvent], detections: Iterable[Detection], node_days: float,
-          params: ScoreParams | None = None, detector: str = "all") -> Scorecard:
-    """Score ``detections`` against ``truth`` (see the module docstring for the rules)."""
+          params: ScoreParams | None = None, detector: str = "all",
+          explains: Explains | None = None) -> Scorecard:
+    """Score ``detections`` against ``truth`` (see the module docstring for the rules);
+    ``explains``: what explains the truth's classes (None: the default profile's)."""
     p = params or ScoreParams()
-    idx = _Index(truth)
+    idx = _Index(truth, explains)
     alarms = merge_alarms(detections, p)
     harmful = [t for t in truth if t.harmful and t.signature]
     lemons = {t.node: t.id for t in harmful if t.cls == "lemon_node" and t.node}
@@ -303,8 +279,8 @@ def score(truth: Sequence[TruthEvent], detections: Iterable[Detection], node_day
         n_false += 1
         cause = t.cls if t is not None else "none"
         causes[cause] = causes.get(cause, 0) + 1
-        explains = KIND_CLASSES.get(a.key, KIND_CLASSES.get(a.kind, ()))
-        guess = explains[0] if explains else a.key
+        fits = idx.explains.of(a.key, a.kind)
+        guess = fits[0] if fits else a.key
         false_by[guess] = false_by.get(guess, 0) + 1
     classes = []
     lat_all: dict[str, tuple[float, ...]] = {}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from minutiae.errors import DataError, InputError, ParseError
+from minutiae.scoring.explain import Explains, default_explains
 from minutiae.scoring.truth import TruthEvent, read_truth
 
 META_KEYS = ("nodes", "gpus_per_node", "start", "end", "days", "seed")
@@ -42,6 +43,9 @@ class Dataset:
     maintenance: tuple[tuple[float, str, str], ...]
     truth: tuple[TruthEvent, ...]
     boots: dict[str, list[float]] = field(default_factory=dict)
+    #: what explains the truth's classes: the profile's, as the simulator wrote it into meta.json
+    #: (a dataset written before it carried one: the default profile's)
+    explains: Explains = field(default_factory=default_explains)
 
     def uptime(self, node: str, t: float) -> float | None:
         """Seconds since the node's last boot at ``t`` (what /proc/uptime says); None if unknown."""
@@ -131,7 +135,9 @@ def load_dataset(root: Path | str) -> Dataset:
             boots.setdefault(r["node"], []).append(_float(bp, i, "time", r["time"]))
         for v in boots.values():
             v.sort()
-    return Dataset(root, meta, fleet, tuple(jobs), maint, tuple(read_truth(root / "truth.jsonl")), boots)
+    explains = Explains.from_json(meta["explains"], str(mp)) if "explains" in meta else default_explains()
+    return Dataset(root, meta, fleet, tuple(jobs), maint, tuple(read_truth(root / "truth.jsonl")), boots,
+                   explains)
 
 
 def read_text(path: Path) -> str:

@@ -79,6 +79,7 @@ def write_dataset(plan: Plan, out: Path, progress: Progress = _noop,
         "profile_path": prof.path, "version": __version__,
         "sampling": prof.sampling, "cost": prof.cost,
         "rates": {f.cls: f.rate for f in prof.faults},
+        "explains": prof.explains.to_json(),   # what explains the truth's classes (scoring/explain.py)
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     with (out / "fleet.csv").open("w", newline="") as fh:

@@ -32,7 +32,7 @@ class Evaluation:
         """What would have been drained and why, with the truth that explains it (or not)."""
         from minutiae.scoring.score import _Index
 
-        idx = _Index(self.dataset.truth)
+        idx = _Index(self.dataset.truth, self.dataset.explains)
         dets = [d for r in self.detectors for d in r.detections]
         out = []
         seen: dict[str | None, float] = {}
@@ -81,8 +81,8 @@ def evaluate(root: Path | str, detectors: Iterable[str] | None = None,
     jobs = default_jobs(ds) if jobs is None else jobs
     params = ScoreParams.from_cost(ds.meta.get("cost", {}), ds.gpus)
     results = tuple(run_detectors(ds, detectors, progress, jobs))
-    cards = tuple(score(ds.truth, r.detections, ds.node_days, params, r.name)
+    cards = tuple(score(ds.truth, r.detections, ds.node_days, params, r.name, ds.explains)
                   for r in results if r.available)
     union: list[Detection] = [d for r in results for d in r.detections]
-    overall = score(ds.truth, union, ds.node_days, params, "all")
+    overall = score(ds.truth, union, ds.node_days, params, "all", ds.explains)
     return Evaluation(ds, results, cards, overall, params)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from minutiae.errors import ConfigError
+from minutiae.scoring.explain import Explains, explains_of_classes, profile_classes
 
 UNITS = frozenset({
     "per_1000_gpu_days", "per_1000_node_days", "per_1000_port_days", "fraction_of_nodes",
@@ -74,6 +75,7 @@ class Profile:
     rollouts: tuple[Rollout, ...]
     faults: tuple[FaultSpec, ...]
     path: str
+    explains: Explains = Explains({})    # finding kind -> classes it explains (scoring/explain.py)
 
     def spec(self, cls: str) -> FaultSpec:
         for f in self.faults:
@@ -118,7 +120,8 @@ def _fault(where: str, raw: dict[str, Any], harmful: bool) -> FaultSpec:
         duration = _pair(f"{w} duration_hours", raw["duration_hours"], 3600.0)
     repair = _pair(f"{w} repair_hours", raw["repair_hours"]) if "repair_hours" in raw else None
     known = {"class", "rate", "unit", "source", "signature", "severity", "expect_drain", "crash",
-             "repair_hours", "duration_minutes", "duration_hours", "slowdown", "multiplier", "codes"}
+             "repair_hours", "duration_minutes", "duration_hours", "slowdown", "multiplier", "codes",
+             "explained_by", "also_explained_by"}
     extra = set(raw) - known
     if extra:
         raise ConfigError(f"{w}: unknown keys {sorted(extra)}")
@@ -131,6 +134,25 @@ def _fault(where: str, raw: dict[str, Any], harmful: bool) -> FaultSpec:
         multiplier=float(raw.get("multiplier", 1.0)),
         codes=tuple(int(c) for c in raw.get("codes", ())),
     )
+
+
+def _rollouts(raw: dict[str, Any], where: str) -> list[Rollout]:
+    """The ``[[rollout]]`` entries, and the ``[rollouts]`` table's keys checked."""
+    ro = raw.get("rollouts", {})
+    extra = set(ro) - {"explained_by", "also_explained_by"} if isinstance(ro, dict) else {"(not a table)"}
+    if extra:
+        raise ConfigError(f"{where}: [rollouts]: unknown keys {sorted(extra)}")
+    rollouts: list[Rollout] = []
+    for i, r in enumerate(raw.get("rollout", [])):
+        try:
+            rollouts.append(Rollout(attr=r["attr"], new=str(r["new"]), at_day=float(r["at_day"]),
+                                    spread_hours=float(r["spread_hours"]), effect=float(r["effect"]),
+                                    signature=str(r.get("signature", "")), source=str(r["source"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{where} [[rollout]] #{i + 1}: bad or missing {exc}") from None
+        if rollouts[-1].attr not in ("driver", "kernel", "firmware", "nccl"):
+            raise ConfigError(f"{where} [[rollout]] #{i + 1}: attr must be driver/kernel/firmware/nccl")
+    return rollouts
 
 
 def parse_profile(text: str, where: str) -> Profile:
@@ -149,16 +171,7 @@ def parse_profile(text: str, where: str) -> Profile:
         if f.cls in seen:
             raise ConfigError(f"{where}: fault class {f.cls!r} defined twice")
         seen.add(f.cls)
-    rollouts = []
-    for i, r in enumerate(raw.get("rollout", [])):
-        try:
-            rollouts.append(Rollout(attr=r["attr"], new=str(r["new"]), at_day=float(r["at_day"]),
-                                    spread_hours=float(r["spread_hours"]), effect=float(r["effect"]),
-                                    signature=str(r.get("signature", "")), source=str(r["source"])))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"{where} [[rollout]] #{i + 1}: bad or missing {exc}") from None
-        if rollouts[-1].attr not in ("driver", "kernel", "firmware", "nccl"):
-            raise ConfigError(f"{where} [[rollout]] #{i + 1}: attr must be driver/kernel/firmware/nccl")
+    rollouts = _rollouts(raw, where)
     sigs = []
     for s in raw["jobs"].get("signatures", []):
         try:
@@ -180,6 +193,7 @@ def parse_profile(text: str, where: str) -> Profile:
         fleet=dict(raw["fleet"]), sampling=dict(raw["sampling"]), jobs=dict(raw["jobs"]),
         signatures=tuple(sigs), cost={k: float(v) for k, v in raw["cost"].items()},
         rollouts=tuple(rollouts), faults=tuple(faults), path=where,
+        explains=explains_of_classes(profile_classes(raw), where),
     )
 
 
