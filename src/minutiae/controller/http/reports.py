@@ -1,0 +1,62 @@
+"""Agent reports in (``POST /v1/reports``, answered by the fast path) and the benchmark echo."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.params import Depends
+from fastapi.responses import JSONResponse
+
+from minutiae.controller.http.fastpath import Handler
+from minutiae.controller.http.metrics import Metrics
+from minutiae.controller.service import Controller
+from minutiae.errors import DataError
+
+
+def handlers(controller: Controller, m: Metrics) -> dict[str, Handler]:
+    """The hot endpoints (path → handler), shared by the fast path and the routes below."""
+
+    def ingest_report(raw: bytes) -> tuple[int, dict[str, Any]]:
+        """One parse of the body, validated by ``minutiae.controller.wire``; or a heartbeat
+        ``{"node", "digest", "agent"}`` for an unchanged verdict (``controller.intake``)."""
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise DataError(f"body is not JSON: {exc}", "report") from None
+        rep, digest = controller.ingest_digest(body, raw)
+        m.reports.inc()
+        return 202, {"node": rep.node, "accepted": True, "received": rep.time,
+                     "digest": digest}
+
+    def echo_body(raw: bytes) -> tuple[int, dict[str, Any]]:
+        return 200, {"accepted": True, "bytes": len(raw)}
+
+    return {"/v1/reports": ingest_report, "/v1/echo": echo_body}
+
+
+def router(hot: dict[str, Handler], auth: Sequence[Depends]) -> APIRouter:
+    r = APIRouter()
+
+    @r.post("/v1/reports", status_code=202, dependencies=auth,
+            summary="An agent's report (verdict + findings) for one node",
+            openapi_extra={"requestBody": {"required": True, "content": {
+                "application/json": {"schema": {"oneOf": [
+                    {"$ref": "#/components/schemas/ReportIn"},
+                    {"$ref": "#/components/schemas/HeartbeatIn"}]}}}}})
+    async def post_report(request: Request) -> JSONResponse:
+        """Answered by the ASGI fast path (``minutiae.controller.http.fastpath``) with the same
+        checks; this route documents it (the schema above) and calls the same handler."""
+        code, out = hot["/v1/reports"](await request.body())
+        return JSONResponse(out, status_code=code)
+
+    @r.post("/v1/echo", dependencies=auth, include_in_schema=False)
+    async def echo(request: Request) -> dict[str, Any]:
+        """Benchmark baseline: the same server, fast path and token check; the body is read
+        but neither parsed nor validated, and the controller is not involved."""
+        out: dict[str, Any] = hot["/v1/echo"](await request.body())[1]
+        return out
+
+    return r
