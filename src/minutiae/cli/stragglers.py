@@ -21,14 +21,13 @@ if TYPE_CHECKING:
 
 
 def _load(paths: list[Path], fleet: Path | None) -> tuple[TimingMatrix, str]:
-    from minutiae.analyses.stragglers.parse import parse_timings
     from minutiae.analyses.stragglers.prep import prepare
-    from minutiae.analyses.stragglers.read import find_fleet, fleet_leaves, read_bytes
+    from minutiae.analyses.stragglers.read import find_fleet, fleet_leaves, read_timings
 
-    frames = [parse_timings(read_bytes(p), str(p)) for p in paths]
+    df, notes = read_timings(paths)
+    for note in notes:
+        click.echo(f"minutiae: warning: skipped {note}", err=True)
     where = ", ".join(str(p) for p in paths)
-    df = frames[0] if len(frames) == 1 else pl.concat(
-        [f.select(pl.all().cast(pl.String)) for f in frames], how="diagonal_relaxed")
     fleet = fleet or find_fleet(paths)
     leaves = fleet_leaves(fleet) if fleet else None
     return prepare(df, where, leaves), where
@@ -50,6 +49,12 @@ def _table(report: StragglerReport) -> None:
                   f"{s.slowdown:+.1%}", f"{s.ci_low:+.1%}..{s.ci_high:+.1%}", str(s.since_step),
                   str(s.detected_step), f"{s.gpu_hours_per_day:,.1f}")
     console.print(t if report.suspects else "no straggler found")
+    if report.slowest:
+        console.print(f"slowest GPUs below the {report.min_slowdown:.0%} floor (not suspects; "
+                      "what each costs at most if left):")
+        for g in report.slowest:
+            console.print(f"  {g.component}  {g.slowdown:+.2%} ({g.ci_low:+.2%}..{g.ci_high:+.2%})"
+                          f"  {g.gpu_hours_per_day:,.1f} GPU-h/day")
     for st in report.stopped:
         console.print(f"rank {st.rank} ({st.node or 'node unknown'}) stopped reporting after "
                       f"step {st.last_step} (job at step {st.job_last_step})")
@@ -69,8 +74,11 @@ def _table(report: StragglerReport) -> None:
 @click.option("--idle-exit", type=float, default=0.0,
               help="with --follow: stop after this many seconds without new rows (0: never)")
 @click.option("--poll", type=float, default=0.2, show_default=True, help="--follow poll interval (s)")
+@click.option("--min-slowdown", default=0.03, show_default=True,
+              help="floor a suspect must reach (0.03 = 3 %); slower GPUs below it are listed")
 def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | None, warmup: int,
-            false_alarms: float, ranks_per_node: int | None, idle_exit: float, poll: float) -> int:
+            false_alarms: float, ranks_per_node: int | None, idle_exit: float, poll: float,
+            min_slowdown: float) -> int:
     """Find the slow GPU, node or link of a synchronous job from per-rank step timings
     (CSV/Parquet step,rank,seconds[,node,gpu,stage,section] or a Megatron-LM log)."""
     from minutiae.analyses.stragglers.analysis import Options, analyse
@@ -78,7 +86,11 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
 
     if warmup < 3 or false_alarms <= 0:
         raise ConfigError("--warmup must be >= 3 and --false-alarms > 0")
-    options = Options(warmup=warmup, false_alarms=false_alarms, ranks_per_node=ranks_per_node)
+    if not 0 <= min_slowdown < 1:
+        raise ConfigError(f"--min-slowdown must be in [0, 1) (a fraction: 0.03 = 3 %), "
+                          f"got {min_slowdown}")
+    options = Options(warmup=warmup, false_alarms=false_alarms, ranks_per_node=ranks_per_node,
+                      min_slowdown=min_slowdown)
     if follow:
         return _follow(list(files), fleet, options, as_json, idle_exit, poll)
     matrix, where = _load(list(files), fleet)

@@ -91,7 +91,7 @@ def test_missing_and_stopped_ranks(table: pl.DataFrame) -> None:
     ("content", "message"),
     [
         (b"", "empty file"),
-        (b"step,rank\n1,2\n", "at least step,rank,seconds (got step, rank)"),
+        (b"step,rank\n1,2\n", 'at least step,rank,seconds; first line: "step,rank"'),
         (b"\x00\x01\x02garbage\xff\xfe", "not a timing CSV"),
         (b"step,rank,seconds\n1,0,abc\n", "no usable timing rows"),
         (b"PAR1 not really parquet", "unreadable Parquet"),

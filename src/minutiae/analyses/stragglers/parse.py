@@ -2,9 +2,11 @@
 
 Accepted: CSV with a header holding at least ``step,rank,seconds`` (or ``ms``), optional
 ``node,gpu,stage,section`` (DESIGN.md contract; other columns ignored); Parquet with the same
-columns (the simulator's ``timings/<job_id>.parquet``); Megatron-LM logs (``parsers.megatron``).
-Column checks, bad values and units are handled by ``analyses.stragglers_prep``; this module
-only turns bytes into a table or raises ``ParseError``/``DataError`` naming ``where``.
+columns (the simulator's ``timings/<job_id>.parquet``); training logs of the frameworks in
+``analyses.stragglers.formats`` (Megatron-LM, DeepSpeed, NeMo, torchtitan, ...) when they hold
+per-rank times. Column checks, bad values and units are handled by ``analyses.stragglers.prep``;
+this module only turns bytes into a table or raises ``ParseError``/``DataError`` naming
+``where`` (for a log: the format recognised, what is missing, the first line verbatim).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import warnings
 
 import polars as pl
 
-from minutiae.analyses.stragglers.parse_megatron import looks_like_megatron, parse_megatron
+from minutiae.analyses.stragglers.formats import TrainLog, parse_log, per_rank, refusal
 from minutiae.errors import DataError, ParseError
 
 PARQUET_MAGIC = b"PAR1"
@@ -23,7 +25,7 @@ _POLARS_ERRORS = (pl.exceptions.PolarsError, ValueError, OSError, UnicodeDecodeE
 
 
 def parse_timings(data: bytes, where: str) -> pl.DataFrame:
-    """The long table in ``data`` (CSV, Parquet or a Megatron log)."""
+    """The long table in ``data`` (CSV, Parquet or a training log with per-rank times)."""
     if not data.strip():
         raise DataError("empty file", where)
     if data[:4] == PARQUET_MAGIC:
@@ -31,15 +33,28 @@ def parse_timings(data: bytes, where: str) -> pl.DataFrame:
             return pl.read_parquet(io.BytesIO(data))
         except _POLARS_ERRORS as exc:
             raise ParseError(f"unreadable Parquet ({_short(exc)})", where) from None
-    text = data.decode("utf-8", errors="replace")
-    if looks_like_megatron(text):
-        log = parse_megatron(text)
-        if log.ranks.height == 0:
-            raise DataError(
-                f"Megatron log with {log.iterations.height} iteration line(s) but no per-rank "
-                "timers: rerun with --timing-log-option all to compare ranks", where)
-        return log.ranks
-    return parse_csv(data, where)
+    if looks_like_csv(data):
+        return parse_csv(data, where)
+    return timings_of(parse_log(data, where), where)
+
+
+def timings_of(log: TrainLog, where: str) -> pl.DataFrame:
+    """A training log's per-rank rows, or the one refusal that says what it lacks."""
+    rows = per_rank(log)
+    if rows.height == 0:
+        err = DataError if log.formats else ParseError
+        raise err(refusal(log), where)
+    return rows
+
+
+def looks_like_csv(data: bytes) -> bool:
+    """The first non-empty line is a header naming step and rank (comma-separated)."""
+    for raw in data[:65536].split(b"\n"):
+        if raw.strip():
+            names = {c.strip().strip('"').lower() for c in raw.decode(
+                "utf-8", errors="replace").split(",")}
+            return "step" in names and "rank" in names
+    return False
 
 
 def parse_csv(data: bytes, where: str, header: str | None = None) -> pl.DataFrame:
@@ -57,8 +72,9 @@ def parse_csv(data: bytes, where: str, header: str | None = None) -> pl.DataFram
     except _POLARS_ERRORS as exc:
         raise ParseError(f"not a timing CSV ({_short(exc)})", where) from None
     if df.width < 3 and not header:
-        raise ParseError("not a timing CSV: need a header with at least step,rank,seconds "
-                         f"(got {', '.join(df.columns)[:120] or 'nothing'})", where)
+        line = body[:4096].split(b"\n", 1)[0].decode("utf-8", errors="replace").rstrip("\r")
+        raise ParseError("not a timing CSV: need a header with at least step,rank,seconds; "
+                         f'first line: "{line[:300]}"', where)
     return df
 
 

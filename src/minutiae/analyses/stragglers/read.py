@@ -1,6 +1,7 @@
-"""Reading timing files: whole files, growing files (``--follow``) and the simulator's fleet.csv.
+"""Reading timing files: whole files, growing files (``--follow``), training logs (several
+files of one job joined) and the simulator's fleet.csv.
 
-The only I/O of the straggler path; everything it returns goes to ``parsers.timings``.
+The only I/O of the straggler path; everything it returns goes to ``stragglers.parse``.
 """
 
 from __future__ import annotations
@@ -8,8 +9,14 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
 
 from minutiae.errors import InputError
+
+if TYPE_CHECKING:
+    from minutiae.analyses.stragglers.formats import TrainLog
 
 
 def read_bytes(path: Path) -> bytes:
@@ -17,6 +24,42 @@ def read_bytes(path: Path) -> bytes:
         return path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read ({exc.strerror or exc})", str(path)) from None
+
+
+def read_trainlog(paths: list[Path]) -> TrainLog:
+    """The training logs of one job (one file per rank or node, rotated pieces) as one."""
+    from minutiae.analyses.stragglers.formats import join, parse_log
+
+    return join([parse_log(read_bytes(p), str(p)) for p in paths])
+
+
+def read_timings(paths: list[Path]) -> tuple[pl.DataFrame, list[str]]:
+    """The long timing table of ``paths`` and notes on what was skipped (file:line, count).
+    CSV and Parquet files are read as they are; training logs are joined first, so one rank's
+    lines in each file still make a per-rank table."""
+    from minutiae.analyses.stragglers.parse import (
+        PARQUET_MAGIC,
+        looks_like_csv,
+        parse_timings,
+        timings_of,
+    )
+
+    frames: list[pl.DataFrame] = []
+    logs: list[Path] = []
+    for p in paths:
+        data = read_bytes(p)
+        if data[:4] == PARQUET_MAGIC or looks_like_csv(data) or not data.strip():
+            frames.append(parse_timings(data, str(p)))
+        else:
+            logs.append(p)
+    notes: list[str] = []
+    if logs:
+        log = read_trainlog(logs)
+        frames.append(timings_of(log, ", ".join(str(p) for p in logs)))
+        notes = log.notes()
+    df = frames[0] if len(frames) == 1 else pl.concat(
+        [f.select(pl.all().cast(pl.String)) for f in frames], how="diagonal_relaxed")
+    return df, notes
 
 
 def fleet_leaves(path: Path) -> dict[str, str]:

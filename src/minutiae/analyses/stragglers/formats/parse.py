@@ -1,0 +1,193 @@
+"""Training logs → one ``TrainLog`` (pure: bytes in, frames out; bounded memory per chunk).
+
+Per file: split into chunks of whole lines (``CHUNK`` bytes), number the lines, split tqdm's
+``\\r`` redraws, drop ANSI colours, strip launcher prefixes (``formats.prefix``), read
+Megatron's records vectorised (``formats.megatron``), then hand every other line to the line
+readers of ``formats.registry`` in order. A truncated last line (no newline) is never read as a
+value. Several files of one job are joined by :func:`join`: duplicate records (a rotated log
+given twice, overlapping files) are kept once and counted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Iterator, Sequence
+
+import polars as pl
+
+from minutiae.analyses.stragglers.formats import megatron
+from minutiae.analyses.stragglers.formats.base import LineReader
+from minutiae.analyses.stragglers.formats.prefix import strip_frame
+from minutiae.analyses.stragglers.formats.registry import READERS
+from minutiae.analyses.stragglers.formats.types import (
+    MINMAX_SCHEMA,
+    STEP_SCHEMA,
+    Evidence,
+    Skipped,
+    TrainLog,
+)
+
+CHUNK = 64 << 20
+RANKS_OUT = {"step": pl.Int32, "rank": pl.Int32, "seconds": pl.Float32, "section": pl.Categorical}
+_ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
+
+
+def _chunks(data: bytes, size: int) -> Iterator[tuple[int, bytes]]:
+    """(first line number, bytes of whole lines) pieces of ``data``."""
+    start, line0 = 0, 1
+    while start < len(data):
+        end = min(len(data), start + size)
+        if end < len(data):
+            cut = data.rfind(b"\n", start, end)
+            end = cut + 1 if cut >= start else (data.find(b"\n", end) + 1 or len(data))
+        piece = data[start:end]
+        yield line0, piece
+        line0 += piece.count(b"\n")
+        start = end
+
+
+def _lines(piece: bytes, line0: int) -> pl.DataFrame:
+    text = piece.decode("utf-8", errors="replace")
+    if text.endswith("\n"):
+        text = text[:-1]
+    df = pl.DataFrame({"line": [text]}).select(pl.col("line").str.split("\n")).explode("line")
+    df = df.with_row_index("no", offset=line0).with_columns(pl.col("no").cast(pl.Int64))
+    if "\r" in text:
+        df = df.with_columns(pl.col("line").str.split("\r")).explode("line")
+    if "\x1b[" in text:
+        df = df.with_columns(pl.col("line").str.replace_all(_ANSI, ""))
+    return strip_frame(df)
+
+
+def first_line(data: bytes) -> str:
+    """The first non-empty line, verbatim (at most 300 characters; control characters such as
+    tqdm's ``\\r`` or ANSI colours shown escaped, nothing else changed)."""
+    for raw in data[:65536].split(b"\n"):
+        line = raw.decode("utf-8", errors="replace").rstrip("\r")
+        if line.strip():
+            line = line if len(line) <= 300 else line[:300] + "…"
+            return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+    return ""
+
+
+def parse_log(data: bytes, where: str, chunk: int = CHUNK) -> TrainLog:
+    """Every record of every known format in one file."""
+    skipped: list[Skipped] = []
+    if data and not data.endswith(b"\n"):
+        n_lines = data.count(b"\n") + 1
+        cut = data.rfind(b"\n") + 1
+        skipped.append(Skipped(f"{where}:{n_lines}", "truncated last line (no newline), not read",
+                               1))
+        data = data[:cut]
+    readers: list[LineReader] = [r() for r in READERS]
+    for r in readers:
+        r.where = where
+    carry = megatron.Carry()
+    ranks, steps, minmax, bad, orphans = [], [], [], [], []
+    lines = key_value = 0
+    for line0, piece in _chunks(data, chunk):
+        df = _lines(piece, line0)
+        lines = line0 + piece.count(b"\n") - 1
+        found = megatron.read(df, carry)
+        carry = found.carry
+        ranks.append(found.ranks)
+        steps.append(found.steps)
+        minmax.append(found.minmax)
+        bad.append(found.bad)
+        key_value += found.key_value
+        orphans.append(found.orphans)
+        _feed(readers, found.rest)
+    for r in readers:
+        r.finish()
+    mega_ranks = megatron.drop_nested(pl.concat(ranks)) if ranks else pl.DataFrame(
+        schema=RANKS_OUT)
+    lost = pl.concat(orphans) if orphans else pl.DataFrame(schema={"no": pl.Int64})
+    if lost.height:
+        skipped.append(Skipped(f"{where}:{lost['no'][0]}", "Megatron 'rank N: ms' line outside a "
+                               "'times across ranks (ms):' block (log cut mid-block)",
+                               lost.height))
+    log = _assemble(where, data, readers, mega_ranks, steps, minmax, bad, skipped, lines)
+    if key_value and log.formats[:1] == ("megatron",):
+        log = dataclasses.replace(log, formats=("megatron-deepspeed", *log.formats[1:]))
+    return log
+
+
+def _feed(readers: list[LineReader], rest: pl.DataFrame) -> None:
+    for no, line, rank in rest.select("no", "line", "prefix_rank").iter_rows():
+        for r in readers:
+            if r.wants(line) and r.feed(no, rank, line):
+                break
+
+
+def _assemble(where: str, data: bytes, readers: list[LineReader], mega_ranks: pl.DataFrame,
+              steps: list[pl.DataFrame], minmax: list[pl.DataFrame], bad: list[pl.DataFrame],
+              skipped: list[Skipped], lines: int) -> TrainLog:
+    py_ranks = [row for r in readers for row in r.rows.ranks]
+    py_steps = [row for r in readers for row in r.rows.steps]
+    rank_frames = [mega_ranks.with_columns(pl.col("section").cast(pl.Categorical))
+                   .cast(RANKS_OUT)]  # type: ignore[arg-type]
+    if py_ranks:
+        rank_frames.append(pl.DataFrame(py_ranks, schema=RANKS_OUT, orient="row"))
+    step_df = pl.concat([*(s.cast(STEP_SCHEMA) for s in steps),  # type: ignore[arg-type]
+                         pl.DataFrame(py_steps, schema=STEP_SCHEMA, orient="row")])
+    mm = pl.concat([m.cast(MINMAX_SCHEMA) for m in minmax]  # type: ignore[arg-type]
+                   ) if minmax else pl.DataFrame(schema=MINMAX_SCHEMA)
+    bad_df = pl.concat(bad) if bad else pl.DataFrame(schema={"no": pl.Int64, "line": pl.String})
+    if bad_df.height:
+        skipped.append(Skipped(f"{where}:{bad_df['no'][0]}", "Megatron iteration line without a "
+                               "readable elapsed time per iteration", bad_df.height))
+    for r in readers:
+        if r.bad:
+            skipped.append(Skipped(f"{where}:{r.bad[0][0]}", r.bad[0][1], len(r.bad)))
+    formats = tuple(n for n, hit in (
+        ("megatron", mega_ranks.height > 0 or steps_height(steps) > 0 or mm.height > 0),
+        *((r.name, r.seen > 0 or bool(r.totals)) for r in readers)) if hit)
+    evidence = _with_steps(tuple(e for r in readers for e in r.rows.evidence), step_df)
+    totals = tuple(sorted((f"{r.name}.{k}", v) for r in readers for k, v in r.totals.items()))
+    return TrainLog(formats, pl.concat(rank_frames), step_df.sort("line"), mm, evidence,
+                    tuple(skipped), first_line(data), lines, totals)
+
+
+def steps_height(steps: list[pl.DataFrame]) -> int:
+    return sum(s.height for s in steps)
+
+
+def _with_steps(evidence: tuple[Evidence, ...], steps: pl.DataFrame) -> tuple[Evidence, ...]:
+    """Evidence lines take the step of the last step line before them (same file)."""
+    if not evidence or steps.height == 0:
+        return evidence
+    known = steps.filter(pl.col("step").is_not_null()).sort("line")
+    at, st = known["line"].to_list(), known["step"].to_list()
+    out = []
+    for e in evidence:
+        if e.step is not None:
+            out.append(e)
+            continue
+        no = int(e.where.rsplit(":", 1)[1])
+        i = bisect.bisect_right(at, no) - 1
+        out.append(Evidence(e.source, e.rank, st[i] if i >= 0 else None, e.value, e.spread,
+                            e.line, e.where))
+    return tuple(out)
+
+
+def join(logs: Sequence[TrainLog]) -> TrainLog:
+    """The logs of one job (one file per rank or node, rotated pieces) as one."""
+    if len(logs) == 1:
+        return logs[0]
+    ranks = pl.concat([lg.ranks for lg in logs])
+    n = ranks.height
+    ranks = ranks.unique(subset=["step", "rank", "section"], keep="last", maintain_order=True)
+    skipped = [s for lg in logs for s in lg.skipped]
+    if ranks.height < n:
+        skipped.append(Skipped("(joined files)", "duplicate (step, rank, timer) records in "
+                               "several files (rotated or overlapping logs): kept once",
+                               n - ranks.height))
+    formats = tuple(dict.fromkeys(f for lg in logs for f in lg.formats))
+    steps = pl.concat([lg.steps for lg in logs]).unique(
+        subset=["step", "rank", "seconds", "tokens_per_s", "samples_per_s", "tflops"],
+        keep="first", maintain_order=True)
+    totals = tuple(t for lg in logs for t in lg.totals)
+    return TrainLog(formats, ranks, steps, pl.concat([lg.minmax for lg in logs]),
+                    tuple(e for lg in logs for e in lg.evidence), tuple(skipped),
+                    logs[0].first_line, sum(lg.lines for lg in logs), totals)
