@@ -155,6 +155,12 @@ def _learn(directory: str, as_json: bool, write_profile: str | None, min_support
                    "(default: the first CPU of each NUMA node and its sibling).")
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default="exports", show_default=True,
               help="Plan output format.")
+@click.option("--transport", type=click.Choice(["auto", "ib", "efa", "tcp"]), default="auto",
+              show_default=True,
+              help="--plan: network transport (auto: from the NIC kinds the source states).")
+@click.option("--per-rank-nics", is_flag=True,
+              help="--plan: give each rank only its own nearest NIC(s) (disables NCCL's PXN / "
+                   "cross-rail paths; default: one NIC list for the job).")
 @click.option("--check", is_flag=True, help="Check the node; exit code is the Nagios status.")
 @click.option("--expect", metavar="PROFILE", help="Profile TOML for --check (hand-written or learned).")
 @click.option("--learn", "learn_dir", metavar="DIR",
@@ -165,7 +171,8 @@ def _learn(directory: str, as_json: bool, write_profile: str | None, min_support
 @click.option("--workers", type=int, default=0, show_default=True,
               help="With --learn: processes reading captures (0: up to 4, one per CPU).")
 def command(from_file: str | None, sysfs_root: str | None, as_json: bool, plan: bool,
-            ranks: int | None, reserve_cores: str | None, fmt: str, check: bool,
+            ranks: int | None, reserve_cores: str | None, fmt: str, transport: str,
+            per_rank_nics: bool, check: bool,
             expect: str | None, learn_dir: str | None, write_profile: str | None,
             min_support: float, workers: int) -> int:
     """Topology: GPU↔NUMA↔NIC↔NVMe placement, binding plan, checks, learned fleet profile."""
@@ -192,16 +199,13 @@ def command(from_file: str | None, sysfs_root: str | None, as_json: bool, plan: 
                 click.echo(f"  [{f.severity.label}] {f.kind}: {f.message}")
         return int(result.status)
     if plan:
-        from minutiae.analyses.topology.plan import make_plan
+        from minutiae.analyses.topology.plan import Transport, make_plan
         from minutiae.analyses.topology.render import PlanFormat, render
 
-        bp = make_plan(topo, ranks, _reserve(reserve_cores))
+        bp = make_plan(topo, ranks, _reserve(reserve_cores),
+                       None if transport == "auto" else Transport(transport), per_rank_nics)
         if as_json:
-            click.echo(json.dumps({
-                "reserved": list(bp.reserved), "warnings": list(bp.warnings),
-                "ranks": [{"local_rank": r.local_rank, "gpu": r.gpu, "cpus": list(r.cpus),
-                           "mems": list(r.mems), "nics": list(r.nics), "nic_path": r.nic_path.value,
-                           "nvme": r.nvme} for r in bp.ranks]}, indent=2))
+            click.echo(json.dumps(bp.to_json(), indent=2))
         else:
             sys.stdout.write(render(bp, PlanFormat(fmt)))
         return 0

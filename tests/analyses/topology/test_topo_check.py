@@ -180,7 +180,8 @@ def test_cli_plan_and_table(realdata: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["topo", "--from", str(p), "--plan", "--ranks", "2", "--reserve-cores", "none",
                  "--format", "taskset"]) == 0
     out = capsys.readouterr().out
-    assert "taskset -c 0-25,104-129 env LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=0,1" in out
+    assert ("taskset -c 0-25,104-129 env LOCAL_RANK=0 CUDA_DEVICE_ORDER=PCI_BUS_ID "
+            "CUDA_VISIBLE_DEVICES=0,1") in out
     assert main(["topo", "--from", str(p), "--plan", "--reserve-cores", "x"]) == 3
     assert "--reserve-cores" in capsys.readouterr().err
     os.environ.setdefault("COLUMNS", "200")

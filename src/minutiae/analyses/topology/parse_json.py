@@ -59,7 +59,7 @@ def topology_to_json(t: NodeTopology) -> dict[str, Any]:
         "source": t.source,
         "where": t.where,
         "gpus": [
-            {"index": g.index, "numa": g.numa, "cpus": list(g.cpus),
+            {"index": g.index, "numa": g.numa, "cpus": list(g.cpus) if g.cpus else None,
              "nvlink_peers": list(g.nvlink_peers),
              "nvlinks": [_nvlink_json(lk) for lk in g.nvlinks],
              **{f: getattr(g, f) for f in _GPU_FIELDS}}
@@ -67,6 +67,7 @@ def topology_to_json(t: NodeTopology) -> dict[str, Any]:
         ],
         "nics": [
             {"name": n.name, "numa": n.numa, "kind": n.kind.value,
+             "cpus": list(n.cpus) if n.cpus else None,
              **{f: getattr(n, f) for f in _NIC_FIELDS}}
             for n in t.nics
         ],
@@ -93,6 +94,8 @@ def _opt_int(v: Any, what: str) -> int | None:
 
 def _ints(v: Any, what: str) -> tuple[int, ...]:
     # array('q') checks every item is an integer at C speed (CPU lists are long: 200+ items)
+    if v is None:  # unknown CPU set
+        return ()
     try:
         if not isinstance(v, list):
             raise TypeError

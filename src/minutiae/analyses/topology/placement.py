@@ -86,7 +86,7 @@ def report(t: NodeTopology) -> dict[str, Any]:
     filled from the NUMA node when the GPU's own affinity is unknown)."""
     obj = topology_to_json(t)
     for gj, pl in zip(obj["gpus"], place_gpus(t), strict=True):
-        gj["cpus"] = list(pl.cpus)
+        gj["cpus"] = list(pl.cpus) if pl.cpus else None  # unknown, not "none"
         gj["nearest_nics"] = list(pl.nearest_nics)
         gj["nearest_nic_path"] = pl.nic_path.value if pl.nearest_nics else None
         gj["gdr_local"] = pl.gdr_local

@@ -1,17 +1,26 @@
-"""The binding plan for N local ranks on one node (pure): which GPU, which CPUs, which memory
-node, which NIC(s) and which NVMe each local rank should use.
+"""The binding plan for N local ranks on one node (pure): one object that every output format
+(``render``) is produced from, so that the formats cannot disagree.
 
 Rules:
 
-* ranks take GPUs in index order (``CUDA_VISIBLE_DEVICES`` lists them in rank order, so local
-  rank *r* uses ``cuda:r``); more ranks than GPUs is an error;
+* ranks take GPUs in index order; every rank sees the same ``CUDA_VISIBLE_DEVICES`` (the plan's
+  GPUs in rank order) with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so local rank *r* uses ``cuda:r``
+  whatever the launcher; more ranks than GPUs is an error;
 * each rank's CPUs are its GPU's NUMA-local CPUs minus the reserved ones, split evenly and
-  disjointly among the ranks that share them. When the CPU list is several equal runs (Linux
-  numbers the hyper-thread siblings of cores 0-51 as 104-155), every rank gets the same slice
-  of each run, so siblings stay together;
+  disjointly among the ranks that share them (hyper-thread sibling runs kept aligned). More
+  ranks than free CPUs: those ranks share the whole free set (with a warning). A GPU whose CPUs
+  the source does not give: its rank's CPUs are unknown (``None``) and it is left unpinned;
 * memory is bound to the GPU's NUMA node when known;
-* NICs: the GPU's nearest NICs when the path is PXB or better (GPUDirect RDMA stays below the
-  CPU); otherwise the nearest ones with a warning (``gpu_without_local_nic``);
+* network, by transport (``Transport``): InfiniBand/RoCE verbs get ``NCCL_IB_HCA`` (exact names,
+  ``=`` prefix) and ``UCX_NET_DEVICES`` (``name:port``) listing only NICs within PXB of a
+  planned GPU (NCCL's GPUDirect-RDMA default), one list for the whole job: NCCL picks each GPU's
+  nearest NIC from it itself and keeps PXN / cross-rail paths. ``per_rank_nics`` gives each
+  rank only its own nearest NIC(s) instead (stricter rail pinning, but NCCL can no longer route
+  through a peer GPU's NIC: PXN and cross-rail traffic are disabled). EFA: ``FI_PROVIDER=efa``
+  and ``FI_EFA_USE_DEVICE_RDMA=1`` for aws-ofi-nccl, which chooses the NICs per GPU itself; no
+  IB variables. TCP: ``NCCL_IB_DISABLE=1`` and ``NCCL_SOCKET_IFNAME`` when the source names the
+  interface. Device names come only from a source that names devices; otherwise the variable
+  is left out with a warning. A transport the source cannot tell is not guessed;
 * default reserved CPUs: the first CPU of every NUMA node and its hyper-thread sibling.
 """
 
@@ -19,42 +28,69 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 
 from minutiae.analyses.topology.placement import GpuPlacement, place_gpus
 from minutiae.errors import ConfigError
-from minutiae.model.topology import NodeTopology, PathType, format_cpulist
+from minutiae.model.topology import Nic, NicKind, NodeTopology, PathType, format_cpulist
 
 _PCI_NAME = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
+class Transport(Enum):
+    """How NCCL/UCX reach other nodes. ``IB``: verbs over InfiniBand or RoCE; ``EFA``: libfabric
+    through aws-ofi-nccl; ``TCP``: sockets; ``UNKNOWN``: the source does not say."""
+
+    IB = "ib"
+    EFA = "efa"
+    TCP = "tcp"
+    UNKNOWN = "unknown"
+
+
 @dataclass(frozen=True, slots=True)
 class RankBinding:
-    """One local rank: ``gpu`` index, ``cpus`` to pin to, ``mems`` (NUMA nodes to bind memory
-    to; empty when unknown), ``nics`` (RDMA devices for NCCL/UCX; empty when the source names
-    none), ``nic_path`` (path type GPU→NIC), ``nvme`` (nearest drive for GPUDirect Storage)."""
+    """One local rank: ``gpu`` index, ``cpus`` to pin to (``None``: unknown, left unpinned),
+    ``mems`` (NUMA nodes to bind memory to; empty when unknown), ``nics`` (this rank's nearest
+    named NICs within PXB), ``nic_path`` (path type GPU→nearest NIC), ``nvme`` (nearest drive
+    for GPUDirect Storage), ``env`` (this rank's own variables, besides the plan's)."""
 
     local_rank: int
     gpu: int
-    cpus: tuple[int, ...]
+    cpus: tuple[int, ...] | None
     mems: tuple[int, ...]
     nics: tuple[str, ...]
     nic_path: PathType
     nvme: str | None
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class BindingPlan:
-    """The plan; ``reserved`` CPUs are left to system services (see the systemd drop-in);
-    ``warnings`` say what the plan could not do well (and why)."""
+    """The plan; ``env``: variables every rank gets; ``reserved`` CPUs are left to system
+    services (see the systemd output); ``warnings`` say what the plan could not do and why."""
 
     ranks: tuple[RankBinding, ...]
     reserved: tuple[int, ...]
     all_cpus: tuple[int, ...]
+    transport: Transport
+    env: tuple[tuple[str, str], ...]
     warnings: tuple[str, ...]
 
     @property
     def gpus(self) -> tuple[int, ...]:
         return tuple(r.gpu for r in self.ranks)
+
+    def rank_env(self, r: RankBinding) -> dict[str, str]:
+        """Every variable rank ``r`` runs with (the plan's, then its own)."""
+        return {"LOCAL_RANK": str(r.local_rank), **dict(self.env), **dict(r.env)}
+
+    def to_json(self) -> dict[str, object]:
+        return {"transport": self.transport.value, "reserved": list(self.reserved),
+                "env": dict(self.env), "warnings": list(self.warnings),
+                "ranks": [{"local_rank": r.local_rank, "gpu": r.gpu, "cuda_device": r.local_rank,
+                           "cpus": None if r.cpus is None else list(r.cpus), "mems": list(r.mems),
+                           "nics": list(r.nics), "nic_path": r.nic_path.value, "nvme": r.nvme,
+                           "env": dict(r.env)} for r in self.ranks]}
 
 
 def _runs(cpus: tuple[int, ...]) -> list[list[int]]:
@@ -101,8 +137,102 @@ def default_reserved(t: NodeTopology) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def make_plan(t: NodeTopology, ranks: int | None = None,
-              reserved: tuple[int, ...] | None = None) -> BindingPlan:
+def _cpus(chosen: list[GpuPlacement], res: tuple[int, ...],
+          warnings: list[str]) -> dict[int, tuple[int, ...] | None]:
+    """Each rank's CPUs: its GPU's local CPUs less the reserved ones, split among the ranks that
+    share them; shared whole when there are fewer free CPUs than ranks; None when unknown."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for r, pl in enumerate(chosen):
+        groups.setdefault(pl.cpus, []).append(r)
+    out: dict[int, tuple[int, ...] | None] = {}
+    for cpus, members in groups.items():
+        gpus = ", ".join(str(chosen[r].gpu.index) for r in members)
+        free = tuple(c for c in cpus if c not in set(res))
+        if not cpus:
+            warnings.append(f"CPU affinity of GPU(s) {gpus} is unknown in this source; leaving "
+                            "their rank(s) unpinned (CPUs null)")
+        elif not free:
+            warnings.append(f"all local CPUs of GPU(s) {gpus} are reserved; leaving their rank(s) "
+                            "unpinned (CPUs null)")
+        if not free:
+            out.update({r: None for r in members})
+        elif len(free) < len(members):
+            warnings.append(f"{len(members)} ranks on GPU(s) {gpus} share {len(free)} free CPU(s) "
+                            f"({format_cpulist(free)}): each is pinned to all of them")
+            out.update({r: free for r in members})
+        else:
+            out.update(zip(members, split_cpus(free, len(members)), strict=True))
+    return out
+
+
+def _kind_transport(nics: list[Nic]) -> Transport:
+    kinds = {n.kind for n in nics}
+    if not nics:
+        return Transport.UNKNOWN
+    if NicKind.EFA in kinds and kinds <= {NicKind.EFA}:
+        return Transport.EFA
+    rdma = all(n.kind is NicKind.INFINIBAND or (n.kind is NicKind.ETHERNET and n.name != n.netdev)
+               for n in nics)
+    return Transport.IB if rdma else Transport.UNKNOWN
+
+
+def _local_nics(pl: GpuPlacement, t: NodeTopology, warnings: list[str]) -> tuple[str, ...]:
+    """The GPU's nearest NICs within PXB that have a device name (never a PCI id or a column
+    label); warnings say why a GPU has none."""
+    if not pl.nearest_nics:
+        return ()
+    if not pl.gdr_local:
+        warnings.append(f"GPU{pl.gpu.index}: no NIC within PXB (nearest {', '.join(pl.nearest_nics)} "
+                        f"via {pl.nic_path.value}); GPUDirect RDMA would cross the CPU, so no NIC "
+                        "of this GPU is listed for NCCL")
+        return ()
+    named = tuple(x for x in pl.nearest_nics if not _PCI_NAME.match(x) and not _label(x, t))
+    if not named:
+        warnings.append(f"GPU{pl.gpu.index}: nearest NIC(s) {', '.join(pl.nearest_nics)} have no "
+                        "RDMA device name in this source; NCCL_IB_HCA/UCX_NET_DEVICES left out")
+    return named
+
+
+def _label(name: str, t: NodeTopology) -> bool:
+    """A ``NIC#`` column label of a matrix without its legend: not a device name."""
+    return t.source.startswith("nvidia-smi") and re.fullmatch(r"NIC\d+", name) is not None
+
+
+def _transport(t: NodeTopology, named: set[str], forced: Transport | None,
+               warnings: list[str]) -> Transport:
+    if forced is not None:
+        return forced
+    local = [n for n in t.nics if n.name in named]
+    tr = _kind_transport(local or list(t.nics))
+    if tr is Transport.UNKNOWN and t.nics:
+        kinds = sorted({n.kind.value for n in (local or t.nics)})
+        warnings.append(f"the NICs' transport is not in this source (kind {', '.join(kinds)}): "
+                        "no network variable set; give --transport ib|efa|tcp")
+    elif tr is Transport.UNKNOWN:
+        warnings.append("no NIC in this source: no network variable set "
+                        "(give --transport ib|efa|tcp to set one)")
+    return tr
+
+
+def _net_env(t: NodeTopology, tr: Transport, nics: tuple[str, ...],
+             warnings: list[str]) -> list[tuple[str, str]]:
+    if tr is Transport.EFA:
+        return [("FI_PROVIDER", "efa"), ("FI_EFA_USE_DEVICE_RDMA", "1")]
+    if tr is Transport.TCP:
+        ifs = sorted({n.netdev for n in t.nics if n.netdev})
+        if not ifs:
+            warnings.append("TCP: this source names no network interface; NCCL_SOCKET_IFNAME "
+                            "left out (NCCL picks one)")
+        return [("NCCL_IB_DISABLE", "1")] + ([("NCCL_SOCKET_IFNAME", "=" + ",".join(ifs))] if ifs else [])
+    if tr is Transport.IB and nics:
+        ports = {n.name: n.port or 1 for n in t.nics}
+        return [("NCCL_IB_HCA", "=" + ",".join(nics)),
+                ("UCX_NET_DEVICES", ",".join(f"{n}:{ports.get(n, 1)}" for n in nics))]
+    return []
+
+
+def make_plan(t: NodeTopology, ranks: int | None = None, reserved: tuple[int, ...] | None = None,
+              transport: Transport | None = None, per_rank_nics: bool = False) -> BindingPlan:
     placements = place_gpus(t)
     if not placements:
         raise ConfigError(f"{t.where or t.source}: no GPU in this topology, nothing to bind")
@@ -113,41 +243,25 @@ def make_plan(t: NodeTopology, ranks: int | None = None,
         raise ConfigError(f"--ranks {n} is more than the {len(placements)} GPU(s) of this node")
     res = default_reserved(t) if reserved is None else tuple(sorted(set(reserved)))
     warnings: list[str] = []
-    chosen: list[GpuPlacement] = list(placements[:n])
-    # group ranks sharing the same local CPU set, split it among them
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for r, pl in enumerate(chosen):
-        groups.setdefault(pl.cpus, []).append(r)
-    cpus_of: dict[int, tuple[int, ...]] = {}
-    for cpus, members in groups.items():
-        free = tuple(c for c in cpus if c not in set(res))
-        if cpus and not free:
-            warnings.append(f"all local CPUs of GPU(s) {', '.join(str(chosen[r].gpu.index) for r in members)} "
-                            "are reserved; leaving them unpinned")
-        if not cpus:
-            warnings.append(f"CPU affinity of GPU(s) {', '.join(str(chosen[r].gpu.index) for r in members)} "
-                            "is unknown; leaving them unpinned")
-        slices = split_cpus(free, len(members)) if free else [()] * len(members)
-        if free and len(free) < len(members):
-            warnings.append(f"{len(members)} ranks share {len(free)} free CPU(s): some ranks get none")
-        for r, sl in zip(members, slices, strict=True):
-            cpus_of[r] = sl
+    chosen = list(placements[:n])
+    cpus_of = _cpus(chosen, res, warnings)
+    nics_of = [_local_nics(pl, t, warnings) for pl in chosen]
+    union = tuple(sorted({x for ns in nics_of for x in ns}))
+    tr = _transport(t, set(union), transport, warnings)
+    gpus = ",".join(str(pl.gpu.index) for pl in chosen)
+    env = [("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("CUDA_VISIBLE_DEVICES", gpus)]
+    if not per_rank_nics or tr is not Transport.IB:
+        env += _net_env(t, tr, union, warnings)
     out = []
     for r, pl in enumerate(chosen):
-        named = tuple(x for x in pl.nearest_nics if not _PCI_NAME.match(x))
-        if pl.nearest_nics and not named:
-            warnings.append(f"GPU{pl.gpu.index}: nearest NIC(s) {', '.join(pl.nearest_nics)} have no "
-                            "RDMA device name in this source; NCCL_IB_HCA left out")
-        if pl.nearest_nics and not pl.gdr_local:
-            warnings.append(f"GPU{pl.gpu.index}: no NIC within PXB (nearest {', '.join(pl.nearest_nics)} "
-                            f"via {pl.nic_path.value}); GPUDirect RDMA will cross the CPU")
+        own = tuple(_net_env(t, tr, nics_of[r], [])) if per_rank_nics and tr is Transport.IB else ()
         out.append(RankBinding(
-            local_rank=r, gpu=pl.gpu.index, cpus=cpus_of.get(r, ()),
-            mems=(pl.numa,) if pl.numa is not None else (), nics=named, nic_path=pl.nic_path,
-            nvme=pl.nearest_nvme[0] if pl.nearest_nvme else None,
-        ))
+            local_rank=r, gpu=pl.gpu.index, cpus=cpus_of[r],
+            mems=(pl.numa,) if pl.numa is not None else (), nics=nics_of[r], nic_path=pl.nic_path,
+            nvme=pl.nearest_nvme[0] if pl.nearest_nvme else None, env=own))
     all_cpus = tuple(sorted({c for cpus in t.numa_cpus.values() for c in cpus}
                             | {c for g in t.gpus for c in g.cpus}))
     if res and all_cpus and not set(res) <= set(all_cpus):
         warnings.append(f"reserved CPUs {format_cpulist(set(res) - set(all_cpus))} are not on this node")
-    return BindingPlan(ranks=tuple(out), reserved=res, all_cpus=all_cpus, warnings=tuple(warnings))
+    return BindingPlan(ranks=tuple(out), reserved=res, all_cpus=all_cpus, transport=tr,
+                       env=tuple(env), warnings=tuple(dict.fromkeys(warnings)))
