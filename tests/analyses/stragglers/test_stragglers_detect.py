@@ -18,13 +18,14 @@ from minutiae.testing.synth.stragglers import (
 )
 
 
-def _run(spec: SynthSpec, sections: bool = False, stage: bool = True):
+def _run(spec: SynthSpec, sections: bool = False, stage: bool = True,
+         options: Options | None = None):
     job = SynthJob(spec)
     m = as_matrix(job, job.block(0, spec.steps, sections=sections))
     if not stage:
         m = type(m)(m.steps, m.ranks, m.total, m.compute, m.comm, m.node, m.gpu, None, m.leaf,
                     m.basis, ())
-    report = analyse(m)
+    report = analyse(m, options or Options())
     return job, report, *score(job, report.suspects)
 
 
@@ -57,7 +58,8 @@ def test_recall_latency_and_location_per_level() -> None:
         for i in range(12):
             faults.append(Fault(FaultKind.GPU, (j * 12 + i) * 16 + (i % 8), lvl, 60 + 7 * i))
     spec = SynthSpec(ranks=1024, steps=300, stages=4, faults=tuple(faults), seed=7)
-    job, report, outcomes, false = _run(spec)
+    # what the test can see (no floor): the 2 % faults too
+    job, report, outcomes, false = _run(spec, options=Options(min_slowdown=0.0))
     assert false == []
     for lvl, within in levels.items():
         got = [o for o in outcomes if o.fault.slowdown == lvl]
@@ -71,6 +73,15 @@ def test_recall_latency_and_location_per_level() -> None:
         if truth >= 0.05:
             assert abs(s.slowdown - truth) < 0.3 * truth + 0.01
             assert s.ci_low <= s.slowdown <= s.ci_high
+    # with the default 3 % floor the 2 % GPUs are not suspects: they head the slowest-GPU list
+    floored = analyse(as_matrix(job, job.block(0, spec.steps)))
+    two = {r for o in outcomes if o.fault.slowdown == 0.02 for r in job.fault_ranks(o.fault)}
+    assert {r for s in floored.suspects for r in s.ranks}.isdisjoint(two)
+    assert floored.below_floor >= 9 and floored.min_slowdown == 0.03
+    listed = [g.rank for g in floored.slowest]
+    assert len(listed) == 10 and set(listed) <= two, listed
+    # (over every step tested: the faults start at steps 60-137 of 300, so 0.8-1.6 %)
+    assert all(0.005 < g.slowdown < 0.03 and g.gpu_hours_per_day > 0 for g in floored.slowest)
 
 
 def test_node_gpu_and_leaf_localisation_with_sections() -> None:

@@ -32,8 +32,10 @@ from minutiae.analyses.stragglers.calib import (
     sigma_inflation,
 )
 from minutiae.analyses.stragglers.detect import SeriesDetector
+from minutiae.analyses.stragglers.floor import DEFAULT_MIN_SLOWDOWN, above_floor, lag1, slowest
 from minutiae.analyses.stragglers.locate import RankMeta, locate
 from minutiae.analyses.stragglers.medians import fast_median
+from minutiae.analyses.stragglers.moving import split_moving
 from minutiae.analyses.stragglers.nodes import NodeLayout
 from minutiae.analyses.stragglers.peers import PeerReference
 from minutiae.analyses.stragglers.prep import TimingMatrix, log_times
@@ -51,13 +53,16 @@ BLOCK_CELLS = 1 << 18
 @dataclass(frozen=True, slots=True)
 class Options:
     """``warmup``: steps used to calibrate; ``false_alarms``: target per 1,000 node-days;
-    ``stopped_after``: steps without a row before a rank counts as stopped."""
+    ``stopped_after``: steps without a row before a rank counts as stopped (in units of the
+    rank's own logging interval); ``min_slowdown``: the floor a suspect must reach
+    (``floor.py``)."""
 
     warmup: int = 20
     false_alarms: float = 0.1
     ranks_per_node: int | None = None
     stopped_after: int = 3
     block: int = 64
+    min_slowdown: float = DEFAULT_MIN_SLOWDOWN
 
 
 def _members(groups: np.ndarray) -> list[np.ndarray]:
@@ -121,6 +126,7 @@ class StragglerAnalysis:
         self.peers = PeerReference(self.groups, self._units(warm))
         warm_logx = log_times(warm.compute)
         r_warm, node_warm = self.peers.fit(warm_logx)
+        self.rho = lag1(r_warm)
         sig, count, spikes = _group_sigma(r_warm, self.groups, self.members)
         rpn = options.ranks_per_node or self._ranks_per_node(warm)
         with warnings.catch_warnings():
@@ -181,7 +187,10 @@ class StragglerAnalysis:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 logx = np.log(warm.compute)
                 levels = np.nanmedian(logx - np.nanmedian(logx, axis=1, keepdims=True), axis=0)
-            groups, how = infer_groups(levels)
+            named = [x for x in warm.node if x is not None]
+            per_node = (int(np.median(np.unique(np.array(named), return_counts=True)[1]))
+                        if len(named) == len(warm.node) and named else None)
+            groups, how = infer_groups(levels, ranks_per_node=per_node)
         _, groups = np.unique(groups, return_inverse=True)
         return groups.astype(np.int64), how
 
@@ -246,11 +255,19 @@ class StragglerAnalysis:
         suspects = locate(self.meta, self.compute.alarms(),
                           self.comm.alarms() if self.comm is not None else None, self.basis,
                           (comp_share, comm_share), n, nodes)
+        suspects, below = above_floor(suspects, self.options.min_slowdown)
+        index = {int(r): i for i, r in enumerate(self.meta.ranks.tolist())}
+        suspects, workload = split_moving(suspects, self.compute.recent_rows(), index)
+        listed = slowest(self.meta, self.compute, comp_share, n,
+                         {r for s in suspects for r in s.ranks}, self.rho)
         stopped = []
         if steps.size:
             last = self.compute.last_step
             after = steps.size - np.searchsorted(steps, last, side="right")
-            for i in np.flatnonzero((last >= 0) & (after >= self.options.stopped_after)).tolist():
+            # a rank that logs one step in k (sparse logging) is stopped after k x stopped_after
+            every = np.maximum(np.round(steps.size / np.maximum(self.compute.total_n, 1)), 1)
+            gone = (last >= 0) & (after >= self.options.stopped_after * every)
+            for i in np.flatnonzero(gone).tolist():
                 stopped.append(StoppedRank(int(self.meta.ranks[i]), self.meta.node[i],
                                            int(last[i]), int(steps[-1])))
             silent = np.flatnonzero(last < 0)
@@ -261,7 +278,9 @@ class StragglerAnalysis:
             suspects=tuple(suspects), stopped=tuple(stopped), warnings=tuple(self.warnings),
             ranks=n, steps=int(steps.size), first_step=int(steps[0]) if steps.size else -1,
             last_step=int(steps[-1]) if steps.size else -1, job_gpus=n, grouping=self.grouping,
-            groups=len(self.members), noise=self.noise, bases=bases, design=self.design)
+            groups=len(self.members), noise=self.noise, bases=bases, design=self.design,
+            min_slowdown=self.options.min_slowdown, slowest=listed, below_floor=below,
+            workload=workload)
 
 
 def analyse(m: TimingMatrix, options: Options = Options(), where: str = "") -> StragglerReport:

@@ -225,27 +225,47 @@ def _divisors(n: int, top: int) -> list[int]:
     return [p for p in range(2, min(top, n // MIN_INFERRED_GROUP) + 1) if n % p == 0]
 
 
-def infer_groups(levels: np.ndarray, max_groups: int = 512) -> tuple[np.ndarray, str]:
+#: the share of the largest deviations a grouping's score ignores (a slow node of a large job)
+TRIM = 0.05
+
+
+def _score(dev: np.ndarray) -> float:
+    """Mean absolute deviation without the largest ``TRIM`` share. A mean, not a median: a
+    minority of offset stages (only the first and last of 8 heavier: 25 % of the ranks) moves
+    it, while the median deviation of a job whose 6 middle stages are equal ignores them."""
+    d = np.sort(np.abs(dev), axis=None)
+    keep = max(1, int(round(d.size * (1.0 - TRIM))))
+    return float(d[:keep].mean())
+
+
+def infer_groups(levels: np.ndarray, max_groups: int = 512,
+                 ranks_per_node: int | None = None) -> tuple[np.ndarray, str]:
     """Peer groups from the ranks' typical time when no stage/role is given.
 
     ``levels`` is each rank's median log step time relative to the job (ordered by rank id).
-    Pipeline stages put ranks in contiguous blocks (Megatron's default order) or stride them;
-    for every group count ``P`` dividing the rank count, both layouts are scored by the median
-    absolute deviation of ranks from their group median (a median ignores a few slow ranks, so a
-    slow node never forms a "stage"; groups hold at least 8 ranks and the score is corrected for
-    the shrinkage of deviations around a small group's own median, ~1 - 1.2/m). The fewest groups within 25 % of the best score win, if they at
-    least halve the single-group score; otherwise everyone is one group.
+    Pipeline stages put ranks in contiguous blocks (Megatron's ``tp-cp-ep-dp-pp`` and
+    torchtitan's ``pp, dp, cp, tp`` orders: PP outermost) or stride them; for every group count
+    ``P`` dividing the rank count, both layouts are scored by the trimmed mean absolute
+    deviation of ranks from their group median (``_score``: the largest 5 % are ignored, so a
+    slow node of a large job never forms a "stage"; groups hold at least 8 ranks and the score
+    is corrected for the shrinkage of deviations around a small group's own median,
+    ~1 - 1.2/m). With ``ranks_per_node`` known a group spans at least two nodes: a group that is
+    one node would be indistinguishable from a node slow since step 0, which must stay
+    visible (a pipeline stage of one node needs ``--layout`` or a stage column). The fewest
+    groups within 25 % of the best score win, if they at least halve the single-group score;
+    otherwise everyone is one group.
     """
     n = levels.size
     lv = np.where(np.isfinite(levels), levels, np.nanmedian(levels) if n else 0.0)
-    one = float(np.median(np.abs(lv - np.median(lv)))) if n else 0.0
+    one = _score(lv - np.median(lv)) if n else 0.0
+    top = max_groups if not ranks_per_node else min(max_groups, n // (2 * ranks_per_node))
     scored: list[tuple[float, int, str]] = []
-    for p in _divisors(n, max_groups):
+    for p in _divisors(n, top):
         shrink = 1.0 - 1.2 / (n // p)  # deviations from a sample median of m values shrink so
         blocks = lv.reshape(p, n // p)
-        c_cost = float(np.median(np.abs(blocks - np.median(blocks, axis=1, keepdims=True))))
+        c_cost = _score(blocks - np.median(blocks, axis=1, keepdims=True))
         strided = lv.reshape(n // p, p)
-        s_cost = float(np.median(np.abs(strided - np.median(strided, axis=0, keepdims=True))))
+        s_cost = _score(strided - np.median(strided, axis=0, keepdims=True))
         c_cost, s_cost = c_cost / shrink, s_cost / shrink
         scored += [(c_cost, p, "contiguous"), (s_cost, p, "strided")]
     if not scored:

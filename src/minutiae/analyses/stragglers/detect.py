@@ -34,6 +34,8 @@ SHORT_BLOCK = 4
 SMALL_COLUMNS = 2048
 #: reference of the estimation-only CUSUM that dates large shifts (>= 6 sigma)
 ESTIMATOR_K = 3.0
+#: the last this many tested steps of every rank are kept (is a slowdown still there?)
+RECENT = 100
 
 
 def _spans(members: list[np.ndarray]) -> list[slice] | None:
@@ -200,6 +202,11 @@ class SeriesDetector:
         self.alarm_sums = np.zeros((2, n))
         self.last_step = np.full(n, -1, dtype=np.int64)
         self.medians: list[float] = []
+        #: per rank: sum of its (clipped) log-ratios and how many, over every step tested
+        self.total_r = np.zeros(n)
+        self.total_n = np.zeros(n)
+        self.recent = np.full((RECENT, n), np.nan, dtype=np.float32)
+        self._recent_at = 0
 
     def update(self, x: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """Process ``x`` (len(steps), ranks) seconds; returns the ranks newly alarmed."""
@@ -238,6 +245,9 @@ class SeriesDetector:
         else:
             cum_n = np.empty(r.shape, dtype=np.float32)
             _running_sum(ok.astype(np.float32), cum_n)
+        self._keep_recent(r, missing)
+        self.total_r += cum_r[-1]
+        self.total_n += cum_n[-1]
         tests = (*self.tests, self.estimator)
         for t in tests:  # an excursion opening in this block starts at its first step
             fresh = t.s <= 0.0
@@ -308,6 +318,19 @@ class SeriesDetector:
         for i, (c, carry) in enumerate(zip(cum, (t.sum_r, t.sum_n), strict=True)):
             out[i] = c[ta, sel] - np.where(inside, c[jj, sel], 0.0) + np.where(inside, 0.0, carry[sel])
         return since, out
+
+    def _keep_recent(self, r: np.ndarray, missing: np.ndarray | None) -> None:
+        rows = r[-RECENT:]
+        if missing is not None:
+            rows = np.where(missing[-RECENT:], np.float32(np.nan), rows)
+        idx = (self._recent_at + np.arange(rows.shape[0])) % RECENT
+        self.recent[idx] = rows
+        self._recent_at = int((self._recent_at + rows.shape[0]) % RECENT)
+
+    def recent_rows(self) -> np.ndarray:
+        """The last ``RECENT`` tested steps' clipped log-ratios (oldest first; NaN: missing or
+        not yet tested)."""
+        return np.roll(self.recent, -self._recent_at, axis=0)
 
     def alarms(self) -> Alarms:
         """The standard error of the mean log-ratio is the rank's calibrated noise over

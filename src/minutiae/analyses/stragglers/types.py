@@ -136,6 +136,52 @@ class Suspect:
 
 
 @dataclass(frozen=True, slots=True)
+class SlowGpu:
+    """One of the slowest GPUs whose persistent slowdown is below ``--min-slowdown`` (not a
+    suspect: the fleet team's replace-or-not list). ``slowdown`` is its geometric-mean ratio to
+    its peers over every step tested, ``ci_low``/``ci_high`` a 95 % interval allowing for the
+    autocorrelation of its ratios; ``job_slowdown`` its slowdown x its basis' share of the step:
+    the most the synchronous job can gain from it (replacing it alone gains at most the gap to
+    the next GPU on the list); ``gpu_hours_per_day`` that x job GPUs x 24 h."""
+
+    rank: int
+    node: str | None
+    gpu: int | None
+    component: str
+    slowdown: float
+    ci_low: float
+    ci_high: float
+    job_slowdown: float
+    gpu_hours_per_day: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node": self.node, "gpu": self.gpu,
+                "component": self.component, "slowdown": _r(self.slowdown),
+                "slowdown_ci": [_r(self.ci_low), _r(self.ci_high)],
+                "job_slowdown": _r(self.job_slowdown),
+                "gpu_hours_per_day": _r(self.gpu_hours_per_day, 2)}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadImbalance:
+    """Slowness that moves between ranks (``moving.py``): ``episodes`` alarms on ``ranks``,
+    ``recovered`` of which ended; ``slowdown`` the median while slow; never a hardware
+    suspect."""
+
+    ranks: tuple[int, ...]
+    episodes: int
+    recovered: int
+    slowdown: float
+    first_step: int
+    pattern: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ranks": list(self.ranks), "episodes": self.episodes,
+                "recovered": self.recovered, "slowdown": _r(self.slowdown),
+                "first_step": self.first_step, "pattern": self.pattern}
+
+
+@dataclass(frozen=True, slots=True)
 class StoppedRank:
     """A rank that stopped reporting: its last step is ``last_step`` while the job went on to
     ``job_last_step`` (a hang, a crash or a lost logger: a finding in itself)."""
@@ -171,6 +217,10 @@ class StragglerReport:
     noise: float
     bases: tuple[Basis, ...]
     design: Design
+    min_slowdown: float = 0.0
+    slowest: tuple[SlowGpu, ...] = ()
+    below_floor: int = 0  # alarms whose slowdown was below ``min_slowdown`` (not suspects)
+    workload: WorkloadImbalance | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -181,6 +231,9 @@ class StragglerReport:
             "last_step": self.last_step, "job_gpus": self.job_gpus, "grouping": self.grouping,
             "groups": self.groups, "noise": _r(self.noise), "bases": [b.value for b in self.bases],
             "design": self.design.to_json(),
+            "min_slowdown": self.min_slowdown, "below_floor_alarms": self.below_floor,
+            "slowest": [s.to_json() for s in self.slowest],
+            "workload": None if self.workload is None else self.workload.to_json(),
         }
 
 

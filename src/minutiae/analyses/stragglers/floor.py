@@ -1,0 +1,73 @@
+"""The actionable floor (``--min-slowdown``) and the list of slowest GPUs below it.
+
+A persistent offset of 1-2 % between GPUs of one model is normal (the silicon lottery, power and
+thermal limits: measured GPU-to-GPU spreads of ~1 % sd), and a wandering GPU (power capping,
+AR(1) with phi 0.9-0.97) drifts 1-2 % for tens of steps. Both are real, both are detectable
+over enough steps, neither is a fault anyone would replace hardware for. The floor (default
+3 %) is what a suspect must reach: its estimate at least ``KEEP_SHARE`` of the floor and its
+95 % interval reaching the floor. Below it, the slowest GPUs are listed by their slowdown over
+every step tested, with what they cost the job, for the replace-or-not question.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minutiae.analyses.stragglers.detect import SeriesDetector
+from minutiae.analyses.stragglers.locate import RankMeta
+from minutiae.analyses.stragglers.types import SlowGpu, Suspect
+
+DEFAULT_MIN_SLOWDOWN = 0.03
+#: a suspect's point estimate must reach this share of the floor (its interval the floor)
+KEEP_SHARE = 0.8
+SLOWEST_LISTED = 10
+
+
+def above_floor(suspects: list[Suspect], floor: float) -> tuple[list[Suspect], int]:
+    """The suspects that reach the floor, and how many alarms did not."""
+    if floor <= 0:
+        return suspects, 0
+    keep = [s for s in suspects if s.slowdown >= KEEP_SHARE * floor and s.ci_high >= floor]
+    return keep, len(suspects) - len(keep)
+
+
+def slowest(meta: RankMeta, det: SeriesDetector, share: float, job_gpus: int,
+            exclude: set[int], rho: float) -> tuple[SlowGpu, ...]:
+    """The ``SLOWEST_LISTED`` slowest ranks that are not suspects (positive slowdown only).
+    The interval widens the independent-steps standard error by ``sqrt((1 + rho) / (1 - rho))``
+    (the AR(1) long-run factor, ``rho`` the warm-up's lag-1 autocorrelation)."""
+    n = np.maximum(det.total_n, 1.0)
+    mean = det.total_r / n
+    mean[det.total_n < 1] = -np.inf
+    if exclude:
+        mean[[i for i in range(mean.size) if int(meta.ranks[i]) in exclude]] = -np.inf
+    order = np.argsort(-mean, kind="stable")[:SLOWEST_LISTED]
+    widen = float(np.sqrt((1.0 + rho) / (1.0 - rho))) if -1.0 < rho < 1.0 else 1.0
+    out = []
+    for i in order.tolist():
+        m = float(mean[i])
+        if not m > 0:
+            break
+        se = float(det.sigma[i]) / float(np.sqrt(n[i])) * widen
+        node = meta.node[i]
+        gpu = int(meta.gpu[i]) if meta.gpu[i] >= 0 else None
+        comp = (f"rank:{int(meta.ranks[i])}" if node is None
+                else f"gpu:{node}/{gpu}" if gpu is not None else f"gpu:{node}/rank{int(meta.ranks[i])}")
+        job = float(np.expm1(m)) * share
+        out.append(SlowGpu(int(meta.ranks[i]), node, gpu, comp, float(np.expm1(m)),
+                           float(np.expm1(m - 1.96 * se)), float(np.expm1(m + 1.96 * se)),
+                           job, job * job_gpus * 24))
+    return tuple(out)
+
+
+def lag1(r: np.ndarray) -> float:
+    """Pooled lag-1 autocorrelation of each rank's warm-up ratios (each rank demeaned; NaN
+    ignored; 0 when too short)."""
+    if r.shape[0] < 4:
+        return 0.0
+    x = r - np.nanmean(r, axis=0, keepdims=True)
+    a, b = x[1:], x[:-1]
+    ok = np.isfinite(a) & np.isfinite(b)
+    num = float(np.sum(np.where(ok, a * b, 0.0)))
+    den = float(np.sum(np.where(ok, a * a, 0.0)))
+    return max(min(num / den, 0.99), 0.0) if den > 0 else 0.0

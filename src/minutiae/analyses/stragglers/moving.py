@@ -1,0 +1,72 @@
+"""Slowness that moves between ranks is workload, not hardware.
+
+A hot expert in a mixture-of-experts job, or data-dependent imbalance, makes one rank slow for
+tens of steps and then another: every rank that was hot alarms, and each alarm looks like a
+slow GPU. A hardware fault stays; a workload hot spot recovers and reappears elsewhere. So:
+a suspect whose ranks' mean ratio over their last ``detect.RECENT`` steps is below
+``RECOVERED`` of its slowdown has recovered; when at least ``MIN_MOVES`` suspects on different
+ranks recovered, the job's slowness moves and every suspect of that kind that is not
+persistent (slower by at least ``PART`` of its size on ``PERSISTENT`` of the last
+``detect.RECENT`` steps) is reported in one workload-imbalance finding (its ranks, size and
+pattern) instead of hardware. A fault in such a job is a suspect once it has held that long.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from minutiae.analyses.stragglers.types import Basis, Scope, Suspect, WorkloadImbalance
+
+RECOVERED = 0.33
+#: steps a suspect's recovery is judged on (the most recent ones)
+LAST = 20
+MIN_MOVES = 2
+#: a hardware slowdown is there on this share of the last ``detect.RECENT`` steps...
+PERSISTENT = 0.9
+#: ...at a quarter of its size or more
+PART = 0.25
+
+
+def _ratios(rows: np.ndarray, s: Suspect, index: dict[int, int]) -> np.ndarray:
+    return rows[:, [index[r] for r in s.ranks]]
+
+
+def _now(rows: np.ndarray) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        v = np.nanmean(rows[-LAST:], axis=0)
+    v = v[np.isfinite(v)]
+    return float(np.median(v)) if v.size else float("nan")
+
+
+def _persistent(rows: np.ndarray, size: float) -> bool:
+    ok = np.isfinite(rows)
+    n = ok.sum(axis=0)
+    share = np.where(n > 0, ((rows > PART * size) & ok).sum(axis=0) / np.maximum(n, 1), 0.0)
+    return bool(n.min() >= rows.shape[0] // 2 and np.median(share) >= PERSISTENT)
+
+
+def split_moving(suspects: list[Suspect], rows: np.ndarray, index: dict[int, int],
+                 ) -> tuple[list[Suspect], WorkloadImbalance | None]:
+    """(hardware suspects, the workload finding or None). ``rows`` are the last tested steps'
+    log-ratios of every rank index (oldest first); ``index`` maps rank ids to indices."""
+    def eligible(s: Suspect) -> bool:
+        return s.basis is not Basis.COMMUNICATION and s.scope in (Scope.GPU, Scope.NODE)
+
+    gone = [s for s in suspects if eligible(s)
+            and _now(_ratios(rows, s, index)) < RECOVERED * np.log1p(s.slowdown)]
+    if len({s.rank for s in gone}) < MIN_MOVES:
+        return suspects, None
+    moving = [s for s in suspects if eligible(s) and (
+        s in gone or not _persistent(_ratios(rows, s, index), float(np.log1p(s.slowdown))))]
+    keep = [s for s in suspects if s not in moving]
+    ranks = sorted({r for s in moving for r in s.ranks})
+    size = float(np.median([s.slowdown for s in moving]))
+    pattern = (f"slowness moved between {len(ranks)} rank(s) on "
+               f"{len({s.node for s in moving})} node(s): {len(gone)} recovered, "
+               f"{len(moving) - len(gone)} intermittent or recent; median +{size:.1%} while slow "
+               "(a hot expert or data-dependent imbalance, not a GPU or node fault)")
+    return keep, WorkloadImbalance(tuple(ranks), len(moving), len(gone), size,
+                                   min(s.since_step for s in moving), pattern)
