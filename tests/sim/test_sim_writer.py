@@ -41,6 +41,18 @@ def test_two_processes_write_the_bytes_of_one(tmp_path: Path) -> None:
     assert ("nodes", 8, 8) in seen
 
 
+def test_jobs_csv_reads_back_as_the_rows_written(tmp_path: Path) -> None:
+    """One record for jobs.csv: what the reader returns is the writer's row of each planned job."""
+    from minutiae.sim.dataset import JobRow, load_dataset
+
+    plan = make_plan(load_profile(rate_scale=50.0), 6, 4, 0.5, 7, T0 + 0.4)   # times off the second
+    write_dataset(plan, tmp_path / "d", workers=1)
+    rows = load_dataset(tmp_path / "d").jobs
+    assert rows == tuple(JobRow.of(j, 4) for j in plan.jobs) and rows
+    assert {r.outcome for r in rows} <= {"completed", "failed", "preempted"}
+    assert all(r.world_size == 4 * len(r.nodes) and r.start == round(r.start) for r in rows)
+
+
 CHILD = """
 import sys
 from pathlib import Path

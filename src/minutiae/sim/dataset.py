@@ -12,17 +12,27 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minutiae.errors import DataError, InputError, ParseError
 from minutiae.scoring.explain import Explains, default_explains
 from minutiae.scoring.truth import TruthEvent, read_truth
 
+if TYPE_CHECKING:
+    from minutiae.sim.world.plan import Job
+
 META_KEYS = ("nodes", "gpus_per_node", "start", "end", "days", "seed")
+
+
+#: the columns of jobs.csv, in the order the writer writes them
+JOB_COLUMNS = ("job_id", "start", "end", "nodes", "signature", "world_size", "ranks_per_node", "outcome")
 
 
 @dataclass(frozen=True, slots=True)
 class JobRow:
+    """One row of jobs.csv: the one record the writer writes (``of`` a planned job) and the
+    reader reads back. ``outcome``: completed | failed | preempted ("" in a dataset without it)."""
+
     job_id: str
     start: float
     end: float
@@ -30,6 +40,17 @@ class JobRow:
     signature: str
     world_size: int
     ranks_per_node: int
+    outcome: str = ""
+
+    @staticmethod
+    def of(job: Job, ranks_per_node: int) -> JobRow:
+        """A planned job's row, its times in whole seconds as jobs.csv holds them."""
+        return JobRow(job.job_id, float(round(job.start)), float(round(job.end)), job.nodes, job.signature,
+                      len(job.nodes) * ranks_per_node, ranks_per_node, job.outcome)
+
+    def to_csv(self) -> list[str | int]:
+        return [self.job_id, f"{self.start:.0f}", f"{self.end:.0f}", " ".join(self.nodes), self.signature,
+                self.world_size, self.ranks_per_node, self.outcome]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +138,11 @@ def load_dataset(root: Path | str) -> Dataset:
     fleet = tuple(_csv(fp, ("node", "rack", "leaf")))
     jp = root / "jobs.csv"
     jobs = []
-    for i, r in enumerate(_csv(jp, ("job_id", "start", "end", "nodes", "signature", "world_size",
-                                    "ranks_per_node")), 2):
+    for i, r in enumerate(_csv(jp, JOB_COLUMNS[:-1]), 2):
         try:
             jobs.append(JobRow(r["job_id"], _float(jp, i, "start", r["start"]), _float(jp, i, "end", r["end"]),
                                tuple(r["nodes"].split()), r["signature"], int(r["world_size"]),
-                               int(r["ranks_per_node"])))
+                               int(r["ranks_per_node"]), r.get("outcome") or ""))
         except ValueError as exc:
             raise ParseError(f"row {i}: {exc}", str(jp)) from None
     mtp = root / "maintenance.csv"

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from minutiae import __version__
 from minutiae.errors import InputError
 from minutiae.scoring.truth import TruthEvent, write_truth
+from minutiae.sim.dataset import JOB_COLUMNS, JobRow
 from minutiae.sim.emit import kernlog
 from minutiae.sim.emit.ib import simulate_ib, write_ib_csv, write_sysfs
 from minutiae.sim.emit.telemetry import SCHEMA as TELEMETRY_SCHEMA
@@ -272,7 +273,7 @@ def _write_jobs(plan: Plan, out: Path, by_node: dict[str, list[TruthEvent]], cou
     node_of = {nd.name: nd for nd in plan.fleet.nodes}
     with (out / "jobs.csv").open("w", newline="") as jf, (out / "runs.csv").open("w", newline="") as rf:
         jw, rw = csv.writer(jf), csv.writer(rf)
-        jw.writerow(["job_id", "start", "end", "nodes", "signature", "world_size", "ranks_per_node", "outcome"])
+        jw.writerow(JOB_COLUMNS)
         rw.writerow(["run_id", "time", "signature", "seconds_per_step", *SOFTWARE, "nodes"])
         for k, j in enumerate(plan.jobs):
             rng = _rng(plan.seed, 2, int(j.job_id))
@@ -280,8 +281,7 @@ def _write_jobs(plan: Plan, out: Path, by_node: dict[str, list[TruthEvent]], cou
             pq.write_table(tab, out / "timings" / f"{j.job_id}.parquet", compression="lz4",
                            use_dictionary=["node"])
             counts["timing_rows"] += tab.num_rows
-            jw.writerow([j.job_id, f"{j.start:.0f}", f"{j.end:.0f}", " ".join(j.nodes), j.signature,
-                         len(j.nodes) * g, g, j.outcome])
+            jw.writerow(JobRow.of(j, g).to_csv())
             versions = []
             for a in SOFTWARE:
                 vals = [plan.fleet.version_at(node_of[n], a, j.start) for n in j.nodes]
