@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minutiae.agent.daemon import AgentOptions
+from minutiae.agent.daemon import AgentOptions, check_config
 from minutiae.cli.main import main
 from minutiae.errors import SourceUnavailable
 from minutiae.node.check import CheckConfig, CheckMemory, run_check
@@ -119,8 +119,7 @@ def test_this_machine_defaults_to_proc() -> None:
     assert CheckConfig(sysfs_root=Path("/sys"), proc_root=Path("/x")).uptime_root == Path("/x")
     # the agent's defaults check this machine, so it reads /proc/uptime
     o = AgentOptions(controller=None, token="")
-    assert CheckConfig(sysfs_root=Path(o.sysfs_root), proc_root=o.proc_root and Path(o.proc_root)
-                       ).uptime_root == Path("/proc")
+    assert check_config(o, "n", Path("/var/lib/minutiae")).uptime_root == Path("/proc")
 
 
 def test_live_check_reports_this_machines_uptime() -> None:

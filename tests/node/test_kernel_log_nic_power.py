@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from minutiae.model import Severity, Status
-from minutiae.node.check import status_of
+from minutiae.node.result import status_of
 from minutiae.node.sources.kernel_log.parse import parse_lines
 from minutiae.rules.log_findings import findings_from_events
 

@@ -9,17 +9,23 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from minutiae.agent.metrics import AgentMetrics
 from minutiae.agent.push import Pusher
 from minutiae.agent.runner import Agent, AgentConfig, ReportLike
 from minutiae.clock import SystemClock
 from minutiae.errors import ConfigError
+from minutiae.node.config import CheckConfig, config_from_options, option_defaults
 from minutiae.schedulers.base import validate_node
 
 
 @dataclass
 class AgentOptions:
+    """The agent's own options; ``sources`` holds the node-check options (click parameter →
+    value, from the one table in ``minutiae.node.config``; missing ones keep the agent's
+    defaults)."""
+
     controller: str | None
     token: str
     interval_s: float = 10.0
@@ -27,39 +33,28 @@ class AgentOptions:
     metrics_listen: str = "0.0.0.0:9470"
     node: str | None = None
     domains: Mapping[str, str] = field(default_factory=dict)
-    sysfs_root: str = "/sys"
-    proc_root: str | None = None  # None: /proc when sysfs_root is /sys (CheckConfig.uptime_root)
-    kmsg: str | None = "/dev/kmsg"
-    nvidia_smi_xml: str | None = None
-    dcgm: str | None = None
-    use_nvml: bool = True
-    expected_gpus: int | None = None
-    expected_driver: str | None = None
-    checks: tuple[str, ...] = ("gpu", "ib", "pcie", "kernel_log")
     cycles: int | None = None
+    sources: Mapping[str, Any] = field(default_factory=dict)
+
+
+def check_config(o: AgentOptions, node: str, state: Path) -> CheckConfig:
+    """The agent's ``CheckConfig``: its node-check options over the agent's defaults."""
+    values = {**option_defaults("agent"), **o.sources}
+    return config_from_options(values, "agent", state_file=state / "check-state.json", node=node)
 
 
 def run_agent(o: AgentOptions) -> None:
     from prometheus_client import start_http_server
 
-    from minutiae.node.check import CHECKS, CheckConfig, run_check
+    from minutiae.node.check import run_check
 
     node = validate_node(o.node or socket.gethostname().split(".")[0])
-    bad = [c for c in o.checks if c not in CHECKS]
-    if bad or not o.checks:
-        raise ConfigError(f"--checks: unknown {', '.join(bad) or '(none given)'} "
-                          f"(known: {', '.join(CHECKS)})")
     state = Path(o.state_dir)
+    cfg = check_config(o, node, state)  # bad --checks: ConfigError before anything is created
     try:
         state.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--state-dir {state}: {exc.strerror or exc}") from None
-    cfg = CheckConfig(sysfs_root=Path(o.sysfs_root), kmsg=Path(o.kmsg) if o.kmsg else None,
-                      nvidia_smi_xml=Path(o.nvidia_smi_xml) if o.nvidia_smi_xml else None,
-                      dcgm=o.dcgm, expected_gpus=o.expected_gpus,
-                      expected_driver=o.expected_driver, state_file=state / "check-state.json",
-                      node=node, use_nvml=o.use_nvml, checks=o.checks,
-                      proc_root=Path(o.proc_root) if o.proc_root else None)
     clock = SystemClock()
 
     def check() -> ReportLike:

@@ -31,7 +31,7 @@ from minutiae.controller.state import Report
 from minutiae.controller.wire import report_from_json
 from minutiae.errors import DataError, MinutiaeError
 from minutiae.model import Finding
-from minutiae.node.check import status_of
+from minutiae.node.result import status_of
 from minutiae.node.replay import (
     TimedFinding,
     count_signals,

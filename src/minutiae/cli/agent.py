@@ -6,10 +6,12 @@ Light import path on purpose: click, psutil, prometheus-client, httpx and the no
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from minutiae.errors import ConfigError
+from minutiae.node.config import click_options
 
 
 def _domains(values: tuple[str, ...]) -> dict[str, str]:
@@ -34,23 +36,11 @@ def _domains(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--node", default=None, help="node name (default: short hostname)")
 @click.option("--domain", "domains", multiple=True,
               help="failure domain KEY=VALUE (rack=, leaf=, nvl_domain=); repeatable")
-@click.option("--sysfs-root", default="/sys", show_default=True)
-@click.option("--proc-root", default=None,
-              help="uptime for boot graces (default: /proc when --sysfs-root is /sys)")
-@click.option("--kmsg", default="/dev/kmsg", show_default=True, help="kernel log ('' to skip)")
-@click.option("--nvidia-smi-xml", default=None, help="nvidia-smi -q -x capture instead of NVML")
-@click.option("--dcgm", default=None, help="dcgm-exporter URL or file")
-@click.option("--no-nvml", is_flag=True, help="never load NVML")
-@click.option("--expected-gpus", type=int, default=None)
-@click.option("--expected-driver", default=None)
-@click.option("--checks", default="gpu,ib,pcie,kernel_log", show_default=True,
-              help="comma-separated check groups to run")
+@click_options("agent")
 @click.option("--cycles", type=int, default=None, help="stop after N runs (default: forever)")
 def command(controller: str | None, token_file: str | None, interval: float, state_dir: str,
-            metrics_listen: str, node: str | None, domains: tuple[str, ...], sysfs_root: str,
-            proc_root: str | None, kmsg: str, nvidia_smi_xml: str | None, dcgm: str | None, no_nvml: bool,
-            expected_gpus: int | None, expected_driver: str | None, checks: str,
-            cycles: int | None) -> None:
+            metrics_listen: str, node: str | None, domains: tuple[str, ...], cycles: int | None,
+            **sources: Any) -> None:
     """Run the node checks every --interval seconds, serve /metrics, push to the controller."""
     # httpx imports its own command line (rich + pygments, ~4 MiB resident) when those are
     # installed; the daemon never uses it, so keep it out of the footprint.
@@ -63,7 +53,5 @@ def command(controller: str | None, token_file: str | None, interval: float, sta
     token = read_token(token_file) if controller else ""
     run_agent(AgentOptions(
         controller=controller, token=token, interval_s=interval, state_dir=state_dir,
-        metrics_listen=metrics_listen, node=node, domains=_domains(domains),
-        sysfs_root=sysfs_root, proc_root=proc_root, kmsg=kmsg or None, nvidia_smi_xml=nvidia_smi_xml, dcgm=dcgm,
-        use_nvml=not no_nvml, expected_gpus=expected_gpus, expected_driver=expected_driver,
-        checks=tuple(c.strip() for c in checks.split(",") if c.strip()), cycles=cycles))
+        metrics_listen=metrics_listen, node=node, domains=_domains(domains), cycles=cycles,
+        sources=sources))

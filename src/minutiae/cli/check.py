@@ -6,11 +6,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from minutiae.model import Status
+from minutiae.node.config import click_options, config_from_options
 
 if TYPE_CHECKING:
     from minutiae.agent.healthcheck import SlurmStep
@@ -21,23 +22,7 @@ _STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown":
 
 @click.command(name="check")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-@click.option("--sysfs-root", type=click.Path(path_type=Path), default=None,
-              help="Root of a sysfs tree (default /sys): class/infiniband, bus/pci/devices.")
-@click.option("--proc-root", type=click.Path(path_type=Path), default=None,
-              help="Root of a procfs tree for uptime (boot grace of IB port rules); default /proc, "
-              "but none with --sysfs-root (a capture is never judged by this machine's uptime).")
-@click.option("--kmsg", type=click.Path(path_type=Path), default=None,
-              help="Kernel log file to scan (default /dev/kmsg on this node).")
-@click.option("--nvidia-smi-xml", type=click.Path(path_type=Path), default=None,
-              help="nvidia-smi -q -x (or -q) capture instead of NVML.")
-@click.option("--dcgm", default=None, metavar="URL|FILE", help="dcgm-exporter /metrics URL or capture.")
-@click.option("--nvlink-status", type=click.Path(path_type=Path), default=None,
-              help="nvidia-smi nvlink --status capture (NVLink link states, matched by GPU UUID).")
-@click.option("--ibstat", type=click.Path(path_type=Path), default=None,
-              help="ibstat or ibstatus capture instead of sysfs for the IB check.")
-@click.option("--expected-gpus", type=click.IntRange(0, 1024), default=None, help="GPUs this node must have.")
-@click.option("--expected-driver", default=None, help="Driver version this node must run.")
-@click.option("--no-nvml", is_flag=True, help="Never load NVML (GPU check UNKNOWN without a capture).")
+@click_options("check")
 @click.option("--state-file", type=click.Path(path_type=Path), default=None,
               help="Keeps counter values between runs so rates (errors/hour) work.")
 @click.option("--node", default=None, help="Node name (default $SLURMD_NODENAME or the short hostname).")
@@ -46,31 +31,17 @@ _STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown":
 @click.option("--slurm-conf", default=None, help="slurm.conf path (default $SLURM_CONF).")
 @click.option("--slurm-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
               help="Seconds to wait for scontrol.")
-@click.option("--checks", "only", default=None, metavar="LIST",
-              help="Comma-separated subset of gpu,ib,pcie,kernel_log (default: all).")
-@click.option("--year", type=int, default=None, help="Year for kernel-log timestamps without one.")
-def command(
-    as_json: bool, sysfs_root: Path | None, proc_root: Path | None, kmsg: Path | None, nvidia_smi_xml: Path | None,
-    dcgm: str | None, nvlink_status: Path | None, ibstat: Path | None, expected_gpus: int | None, expected_driver: str | None, no_nvml: bool,
-    state_file: Path | None, node: str | None, slurm: bool, slurm_conf: str | None, slurm_timeout: float,
-    only: str | None, year: int | None,
-) -> int:
+def command(as_json: bool, state_file: Path | None, node: str | None, slurm: bool, slurm_conf: str | None,
+            slurm_timeout: float, **sources: Any) -> int:
     """Check this node (or captured data) once: GPUs, InfiniBand, PCIe, kernel log.
 
     Exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
     """
     from minutiae.clock import SystemClock
-    from minutiae.node.check import CheckConfig, parse_checks, run_check
+    from minutiae.node.check import run_check
 
-    captured = any(x is not None for x in (sysfs_root, nvidia_smi_xml, dcgm, ibstat, nvlink_status))
-    kmsg_path = kmsg if kmsg is not None else (None if captured else Path("/dev/kmsg"))
     name = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    cfg = CheckConfig(
-        sysfs_root=sysfs_root or Path("/sys"), kmsg=kmsg_path, nvidia_smi_xml=nvidia_smi_xml,
-        dcgm=dcgm, nvlink_status=nvlink_status, ibstat=ibstat, expected_gpus=expected_gpus, expected_driver=expected_driver,
-        state_file=state_file, node=name, use_nvml=not no_nvml, year=year, checks=parse_checks(only),
-        proc_root=proc_root,
-    )
+    cfg = config_from_options(sources, "check", state_file=state_file, node=name)
     step = None
     if slurm:
         from minutiae.agent.healthcheck import check_with_slurm

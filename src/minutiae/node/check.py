@@ -1,97 +1,41 @@
 """One health check of one node: ``run_check(cfg, clock) -> NodeReport`` (stable API).
 
 Called once by ``minutiae check`` (Slurm HealthCheckProgram) and every few seconds by the agent.
-Sources are chosen by ``CheckConfig``; each check group becomes one ``CheckResult``:
+The check is a loop over the registered node sources (node/sources/registry.py): each check
+group (``gpu``, ``ib``, ``pcie``, ``kernel_log``) becomes one ``CheckResult`` from its sources'
+snapshots, judged by the counter rules, or from the finished result a source hands back (the
+kernel log judges its own lines; a source that cannot be read makes its check UNKNOWN with the
+reason, never OK, and the others still run). Node facts (the uptime, ``node.uptime_s``: the boot
+grace of ``ib.port-down``) are fed to the counter rules; an unreadable uptime is a note.
 
-- ``gpu``: NVML, or ``nvidia_smi_xml`` (XML or ``-q`` text capture) and/or ``dcgm`` when given;
-- ``ib``: ``<sysfs_root>/class/infiniband``; ``pcie``: ``<sysfs_root>/bus/pci/devices``;
-- ``ib`` from an ``ibstat``/``ibstatus`` capture instead, when ``ibstat`` is given;
-- ``kernel_log``: ``kmsg`` (a file, or ``/dev/kmsg``) through the kernel-log rules and the
-  log-count engine rules, reading only what is new since the previous cycle.
-
-The node's uptime (``<proc_root>/uptime``) is fed to the counter rules as ``node.uptime_s`` (the
-boot grace of ``ib.port-down``); an uptime that cannot be read is a note and means no grace.
-
-A source that cannot be read makes its check UNKNOWN with the reason (never OK) and the others
-still run. What a cycle remembers for the next one (previous counter values for rates, the
-kernel-log cursor and its faults since boot, log-count engine state) is a ``CheckMemory``: kept
-in ``state_file`` (one-shot runs), or passed as ``memory`` by a long-running caller.
+What a cycle remembers for the next one (previous counter values for rates, the kernel-log
+cursor and its faults since boot, log-count engine state) is a ``CheckMemory``: kept in
+``state_file`` (one-shot runs), or passed as ``memory`` by a long-running caller.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from minutiae.clock import Clock
-from minutiae.errors import ConfigError, InputError, MinutiaeError
-from minutiae.model import Action, CheckResult, Finding, Observation, Severity, Status
-from minutiae.node.groups import (
-    check_gpu,
-    check_ib,
-    check_kernel_log,
-    check_pcie,
-    counter_findings,
-)
+from minutiae.errors import InputError, MinutiaeError
+from minutiae.model import Action, CheckResult, Finding, Observation, Status
+from minutiae.model.findings import Scalar
+from minutiae.model.snapshot import Snapshot
+from minutiae.node.config import CheckConfig, parse_checks
 from minutiae.node.memory import CheckMemory
+from minutiae.node.result import _result, reason_for, status_of
+from minutiae.node.sources.base import NodeSource, Reading, Request
+from minutiae.node.sources.registry import GROUPS, REGISTRY
 from minutiae.rules.counters.load import counter_rules
-from minutiae.rules.counters.model import UPTIME, baseline_metrics
-
-if TYPE_CHECKING:
-    from minutiae.node.sources.nvml import NvmlApi
+from minutiae.rules.counters.model import UPTIME, baseline_metrics, context, judge
 
 #: how long a counter value not seen again stays the baseline for rates (a source down, a port gone)
 COUNTER_TTL_S = 24 * 3600.0
-
-#: the check groups, in display order
-CHECKS = ("gpu", "ib", "pcie", "kernel_log")
-
-#: this machine's sysfs and procfs
-SYS = Path("/sys")
-PROC = Path("/proc")
-
-
-@dataclass(frozen=True, slots=True)
-class CheckConfig:
-    """Where to look. Defaults check this node; set paths to check captured data instead.
-
-    ``kmsg=None`` skips the kernel-log check (the CLI does that when it is pointed at captures
-    without ``--kmsg``). ``expected_gpus``/``expected_driver`` turn on the GPU-count and driver
-    rules. ``nvml`` injects a ``pynvml``-like module (tests); ``use_nvml=False`` never loads it.
-    ``checks`` limits the groups run (default: all of ``CHECKS``). ``ibstat`` (an ``ibstat`` or
-    ``ibstatus`` capture) replaces sysfs for the IB check; ``nvlink_status`` (an ``nvidia-smi
-    nvlink --status`` capture) adds NVLink link states to the GPU check, matched by UUID.
-    ``proc_root`` is where ``uptime`` is read (the boot grace of the counter rules); left None
-    it is ``/proc`` when ``sysfs_root`` is this machine's ``/sys`` and nowhere otherwise (a
-    captured sysfs tree is never judged with this machine's uptime): see ``uptime_root``.
-    """
-
-    sysfs_root: Path = Path("/sys")
-    kmsg: Path | None = Path("/dev/kmsg")
-    nvidia_smi_xml: Path | None = None
-    dcgm: str | None = None
-    nvlink_status: Path | None = None
-    ibstat: Path | None = None
-    expected_gpus: int | None = None
-    expected_driver: str | None = None
-    state_file: Path | None = None
-    node: str | None = None
-    use_nvml: bool = True
-    nvml: NvmlApi | None = None
-    checks: tuple[str, ...] = CHECKS
-    year: int | None = None
-    proc_root: Path | None = None
-
-    @property
-    def uptime_root(self) -> Path | None:
-        """Where the uptime is read: ``proc_root``; else ``/proc`` when checking this machine
-        (``sysfs_root`` is ``/sys``); else None (no uptime, hence no boot grace)."""
-        if self.proc_root is not None:
-            return self.proc_root
-        return PROC if self.sysfs_root == SYS else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +96,23 @@ class NodeReport:
         }
 
 
+@dataclass
+class _Group:
+    """One check group's readings in this cycle: its merged snapshot, or a finished result."""
+
+    snapshot: Snapshot | None = None
+    result: CheckResult | None = None
+
+
+@dataclass
+class _Cycle:
+    """What the sources delivered in one cycle."""
+
+    groups: dict[str, _Group] = field(default_factory=dict)
+    facts: dict[str, Scalar] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
 def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = None) -> NodeReport:
     """Run every configured check once. Never raises for a source problem: that source's check
     is UNKNOWN with the reason. ``memory`` carries counter values, the kernel-log cursor and
@@ -169,103 +130,124 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
                 mem = load_state(cfg.state_file)
             except InputError as exc:
                 notes.append(str(exc))
-
-    groups: dict[str, tuple[list[Observation], CheckResult | None, list[str]]] = {}
-    if "gpu" in cfg.checks:
-        groups["gpu"] = check_gpu(cfg, now)
-    if "ib" in cfg.checks:
-        groups["ib"] = check_ib(cfg.sysfs_root, now, cfg.ibstat)
-    if "pcie" in cfg.checks:
-        groups["pcie"] = check_pcie(cfg.sysfs_root, now)
-
-    all_obs = [o for obs, _, _ in groups.values() for o in obs]
-    uptime = _uptime(cfg.uptime_root, notes)
-    extra = {"node": {"expected_gpus": cfg.expected_gpus, "expected_driver": cfg.expected_driver,
-                      UPTIME: uptime}}
     node = cfg.node or os.uname().nodename.split(".")[0]
     # parsed rule catalogs are cached beside the state file (one-shot runs start faster)
     cache_dir = cfg.state_file.parent if cfg.state_file is not None else None
+    cycle = read_sources(REGISTRY, Request(cfg, now, clock, mem, node, cache_dir))
+    notes.extend(cycle.notes)
+    all_obs = [o for g in cycle.groups.values() if g.snapshot is not None for o in g.snapshot.observations]
+    uptime = cycle.facts.get(UPTIME)
+    extra = {"node": {"expected_gpus": cfg.expected_gpus, "expected_driver": cfg.expected_driver,
+                      **cycle.facts}}
     by_check, pending = counter_findings(all_obs, mem, now, extra, node, cache_dir)
     notes.extend(pending)
+    results = [g.result if g.result is not None else _judged(name, g.snapshot, by_check)
+               for name, g in cycle.groups.items()]
+    _keep_baselines(mem, all_obs, now, cache_dir)
+    if memory is None and cfg.state_file is not None:
+        try:
+            save_state(cfg.state_file, mem, now)
+        except InputError as exc:
+            notes.append(str(exc))
+    return NodeReport(node, now, tuple(results), tuple(all_obs), tuple(notes),
+                      float(uptime) if isinstance(uptime, int | float) else None)
 
-    results: list[CheckResult] = []
-    for name, (obs, failed, problems) in groups.items():
-        if failed is not None:
-            results.append(failed)
+
+def read_sources(sources: Sequence[NodeSource], req: Request) -> _Cycle:
+    """Every source of the configured groups (and every node-fact source), in order: a group's
+    snapshots are merged; a source handing back a result ends its group; a fallback source runs
+    only when its group has no snapshot yet."""
+    cycle = _Cycle()
+    for src in sources:
+        if src.group is not None and src.group not in req.cfg.checks:
             continue
-        results.append(_result(name, by_check.get(name, []), problems, len(obs)))
-    if "kernel_log" in cfg.checks and cfg.kmsg is not None:
-        results.append(check_kernel_log(cfg.kmsg, cfg.year, mem, clock, node, cache_dir))
+        g = cycle.groups.get(src.group) if src.group is not None else None
+        if g is not None and (g.result is not None or (src.fallback and g.snapshot is not None)):
+            continue
+        reading = src.read(Request(req.cfg, req.now, req.clock, req.memory, req.node,
+                                   req.cache_dir, g.snapshot if g is not None else None))
+        if reading is None:
+            continue
+        cycle.notes.extend(reading.notes)
+        cycle.facts.update(reading.facts)
+        if src.group is not None:
+            _add(cycle.groups.setdefault(src.group, _Group()), reading, req.now)
+    return cycle
 
-    # values a failed source did not deliver this cycle stay as the baseline for a while, so a
-    # transient UNKNOWN does not cost the next cycle its rates; only the metrics that rates and
-    # increases read are kept (a tenth of the values: the state file stays small)
+
+def _add(g: _Group, reading: Reading, now: float) -> None:
+    if reading.result is not None:
+        g.result, g.snapshot = reading.result, None
+    elif reading.snapshot is not None:
+        snap = _stamped(reading.snapshot, now)
+        g.snapshot = snap if g.snapshot is None else g.snapshot.merged(snap)
+
+
+def _stamped(snap: Snapshot, now: float) -> Snapshot:
+    """Observations without a time get this cycle's."""
+    obs = tuple(o if o.time is not None else Observation(o.source, o.component, o.metric, o.value, now)
+                for o in snap.observations)
+    return Snapshot(snap.source, obs, snap.problems)
+
+
+def _judged(name: str, snap: Snapshot | None, by_check: Mapping[str, list[Finding]]) -> CheckResult:
+    obs = snap.observations if snap is not None else ()
+    problems = [str(p) for p in snap.problems] if snap is not None else []
+    return _result(name, by_check.get(name, []), problems, len(obs))
+
+
+#: which check reports a counter rule's findings, by the component prefix: what the sources say
+_CHECK_OF_COMPONENT = {c: s.group for s in REGISTRY if s.group is not None for c in s.components}
+
+
+def counter_findings(
+    observations: Sequence[Observation],
+    memory: CheckMemory,
+    now: float,
+    extra: Mapping[str, Mapping[str, Scalar]],
+    node: str = "localhost",
+    cache_dir: Path | None = None,
+) -> tuple[dict[str, list[Finding]], list[str]]:
+    """Counter-rule findings grouped by check name, and notes (gated rules whose condition
+    holds but has not held long enough yet). Rules with a gate (persistence, healthy delay,
+    flapping) go through the check engine, their state kept in ``memory.gates``."""
+    rules = counter_rules(cache_dir)
+    verdicts = judge(rules, context(observations, memory.counters, now, extra))
+    found = [v.finding() for v in verdicts if v.holds and v.rule.gate is None]
+    notes: list[str] = []
+    if any(r.gate is not None for r in rules):
+        from minutiae.rules.counters.gate import gated_findings
+        from minutiae.rules.engine.state import EngineState
+
+        state = None
+        if memory.gates:
+            try:
+                state = EngineState.from_dict(memory.gates)
+            except MinutiaeError:
+                notes.append("counter-rule timers were damaged in the state file; they start again")
+        out = gated_findings(rules, verdicts, now, state, node)
+        found.extend(out.findings)
+        notes.extend(out.pending)
+        memory.gates = out.state.to_dict() if any(out.state.rules.values()) else None
+    by_check: dict[str, list[Finding]] = {}
+    for f in found:
+        prefix = (f.component or "node").split(":", 1)[0]
+        by_check.setdefault(_CHECK_OF_COMPONENT.get(prefix, prefix), []).append(f)
+    return by_check, notes
+
+
+def _keep_baselines(mem: CheckMemory, all_obs: Sequence[Observation], now: float,
+                    cache_dir: Path | None) -> None:
+    """Values a failed source did not deliver this cycle stay as the baseline for a while, so a
+    transient UNKNOWN does not cost the next cycle its rates; only the metrics that rates and
+    increases read are kept (a tenth of the values: the state file stays small)."""
     keep = baseline_metrics(counter_rules(cache_dir))
     fresh = {(o.component, o.metric): (float(o.value), now) for o in all_obs
              if o.metric in keep and isinstance(o.value, int | float) and not isinstance(o.value, bool)}
     kept = {k: v for k, v in mem.counters.items()
             if k[1] in keep and k not in fresh and now - v[1] <= COUNTER_TTL_S}
     mem.counters = {**kept, **fresh}
-    if memory is None and cfg.state_file is not None:
-        try:
-            save_state(cfg.state_file, mem, now)
-        except InputError as exc:
-            notes.append(str(exc))
-    return NodeReport(node, now, tuple(results), tuple(all_obs), tuple(notes), uptime)
 
 
-def _uptime(root: Path | None, notes: list[str]) -> float | None:
-    """The node's uptime from ``<root>/uptime``; None (and a note) when it cannot be read."""
-    if root is None:
-        return None
-    from minutiae.node.sources.uptime.read import read_uptime
-
-    try:
-        return read_uptime(root)
-    except MinutiaeError as exc:  # unknown uptime is no boot grace (never "healthy")
-        notes.append(f"{exc}; no boot grace")
-        return None
-
-
-def reason_for(findings: Sequence[Finding]) -> str | None:
-    """The distinct messages of the findings with the largest action, worst severity first (at
-    most two, then ``(+N more)``); None when no finding needs any action."""
-    action = max((f.action for f in findings), default=Action.NONE)
-    if action is Action.NONE:
-        return None
-    worst = sorted((f for f in findings if f.action == action), key=lambda f: (-f.severity, f.kind))
-    messages = list(dict.fromkeys(f.message for f in worst))
-    more = len(messages) - 2
-    return " / ".join(messages[:2]) + (f" (+{more} more)" if more > 0 else "")
-
-
-def parse_checks(text: str | None) -> tuple[str, ...]:
-    """``"gpu,ib"`` → ``("gpu", "ib")`` in display order; None → all. Raises ``ConfigError``."""
-    if text is None:
-        return CHECKS
-    wanted = {c.strip() for c in text.split(",") if c.strip()}
-    bad = sorted(wanted - set(CHECKS))
-    if bad or not wanted:
-        raise ConfigError(f"--checks: unknown {', '.join(bad) or '(none given)'} (known: {', '.join(CHECKS)})")
-    return tuple(c for c in CHECKS if c in wanted)
-
-
-def status_of(findings: Sequence[Finding]) -> Status:
-    """info → OK, warning → WARNING, error/critical → CRITICAL."""
-    worst = max((f.severity for f in findings), default=Severity.INFO)
-    if worst >= Severity.ERROR:
-        return Status.CRITICAL
-    return Status.WARNING if worst == Severity.WARNING else Status.OK
-
-
-def _result(name: str, findings: list[Finding], problems: list[str], observed: int) -> CheckResult:
-    status = status_of(findings)
-    reason = None
-    if problems:
-        reason = f"{len(problems)} value(s) unreadable: " + "; ".join(problems[:3])
-        if status is not Status.CRITICAL:
-            status = Status.UNKNOWN
-    return CheckResult(name, status, tuple(findings), reason, observed)
-
-
-__all__ = ["CHECKS", "CheckConfig", "CheckMemory", "NodeReport", "parse_checks", "reason_for", "run_check", "status_of"]
+__all__ = ["GROUPS", "CheckConfig", "CheckMemory", "NodeReport", "counter_findings", "parse_checks",
+           "read_sources", "reason_for", "run_check", "status_of"]
