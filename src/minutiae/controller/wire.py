@@ -81,15 +81,22 @@ def report_from_json(d: Any, received: float) -> tuple[Report, dict[str, str]]:
     if not isinstance(d, Mapping):
         raise DataError("a report must be a JSON object", "report")
     node = d.get("node")
-    try:
-        validate_node(node)  # type: ignore[arg-type]
-    except ValidationError:
-        raise
+    validate_node(node)  # type: ignore[arg-type]
     where = f"report from {node}"
     try:
         status = Status.parse(str(d.get("status", "unknown")))
     except ValueError as exc:
         raise DataError(str(exc), where) from None
+    raw, unknown = _raw_findings(d, where)
+    findings = tuple(finding_from_json(f, where) for f in raw)
+    domains = _domains(d, where)
+    when = _sent_at(d, received)
+    return Report(node, when, status, findings, tuple(unknown)), domains  # type: ignore[arg-type]
+
+
+def _raw_findings(d: Mapping[str, Any], where: str) -> tuple[list[Any], list[str]]:
+    """The findings of every check and the top-level ones (at most ``MAX_FINDINGS``), and a
+    line per check that could not run."""
     raw: list[Any] = []
     unknown: list[str] = []
     checks = d.get("checks") or []
@@ -110,7 +117,10 @@ def report_from_json(d: Any, received: float) -> tuple[Report, dict[str, str]]:
     raw.extend(top)
     if len(raw) > MAX_FINDINGS:
         raise DataError(f"{len(raw)} findings (at most {MAX_FINDINGS} per report)", where)
-    findings = tuple(finding_from_json(f, where) for f in raw)
+    return raw, unknown
+
+
+def _domains(d: Mapping[str, Any], where: str) -> dict[str, str]:
     domains_in = d.get("domains") or {}
     if not isinstance(domains_in, Mapping):
         raise DataError("domains must be an object", where)
@@ -119,10 +129,14 @@ def report_from_json(d: Any, received: float) -> tuple[Report, dict[str, str]]:
         if not isinstance(v, str) or not _DOMAIN_RE.fullmatch(v) or not _DOMAIN_RE.fullmatch(k):
             raise ValidationError(f"{where}: invalid failure domain {k!r}={v!r}")
         domains[k] = v
-    when = received
+    return domains
+
+
+def _sent_at(d: Mapping[str, Any], received: float) -> float:
+    """``received`` less the time the report waited in the agent's outbox (capped)."""
     agent = d.get("agent")
     if isinstance(agent, Mapping):
         age = agent.get("age_s")
         if isinstance(age, int | float) and not isinstance(age, bool) and age == age and age > 0:
-            when = received - min(float(age), MAX_AGE_S)
-    return Report(node, when, status, findings, tuple(unknown)), domains  # type: ignore[arg-type]
+            return received - min(float(age), MAX_AGE_S)
+    return received
