@@ -14,7 +14,7 @@ from minutiae.sim.world.plan import REBOOT_S
 
 
 def _kinds() -> list[str]:
-    from minutiae.rules.counters.model import counter_rules
+    from minutiae.rules.counters.load import counter_rules
 
     return [r.kind for r in counter_rules() if r.component == "ib"]
 
@@ -26,8 +26,9 @@ def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
     from minutiae.model.snapshot import SnapshotBuilder
     from minutiae.node.sources.ib.parse_sysfs import SOURCE, parse_ib_port
     from minutiae.rules.counters.gate import GateReplay
+    from minutiae.rules.counters.load import counter_rules
     from minutiae.rules.counters.model import Context as RuleContext
-    from minutiae.rules.counters.model import boot_grace_s, context, counter_rules, evaluate, judge
+    from minutiae.rules.counters.model import boot_grace_s, context, evaluate, judge
 
     rules = counter_rules()
     plain = tuple(r for r in rules if r.gate is None)

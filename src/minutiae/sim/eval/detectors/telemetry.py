@@ -19,7 +19,7 @@ COUNTERS = ("pcie_replay", "nvlink_errors", "ecc_sbe", "ecc_dbe")
 
 
 def _kinds() -> list[str]:
-    from minutiae.rules.counters.model import counter_rules
+    from minutiae.rules.counters.load import counter_rules
 
     return [r.kind for r in counter_rules() if r.component in ("gpu", "node")]
 
@@ -30,8 +30,9 @@ def _kinds() -> list[str]:
 def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
     from minutiae.node.sources.dcgm.parse import FIELDS
     from minutiae.rules.counters.gate import GateReplay
+    from minutiae.rules.counters.load import counter_rules
     from minutiae.rules.counters.model import Context as RuleContext
-    from minutiae.rules.counters.model import context, counter_rules, evaluate, judge
+    from minutiae.rules.counters.model import context, evaluate, judge
     from minutiae.sim.emit.telemetry import DCGM_FIELDS
     from minutiae.sim.world.fleet import gpu_bus
 
