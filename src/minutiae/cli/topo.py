@@ -57,7 +57,7 @@ def _print_table(topo: Any) -> None:
     table = Table(title=f"{topo.where or topo.source} ({topo.source})")
     for col in ("GPU", "PCI", "NUMA", "local CPUs", "nearest NIC(s)", "path", "nearest NVMe",
                 "NVLink peers"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for p in place_gpus(topo):
         g = p.gpu
         links = ", ".join(f"{lk.peer}" for lk in g.nvlinks) if g.nvlinks else "-"
@@ -71,7 +71,7 @@ def _print_table(topo: Any) -> None:
     if topo.nics:
         nt = Table(title="NICs")
         for col in ("name", "PCI", "NUMA", "kind", "rate", "state", "firmware"):
-            nt.add_column(col)
+            nt.add_column(col, overflow="fold")
         for n in topo.nics:
             nt.add_row(n.name, n.pci or "-", "-" if n.numa is None else str(n.numa), n.kind.value,
                        f"{n.rate_gbps:g} Gb/s" if n.rate_gbps else "-", n.state or "-",
@@ -119,8 +119,8 @@ def _learn(directory: str, as_json: bool, write_profile: str | None, min_support
         con = Console()
         t = Table(title=f"golden configuration of {res.nodes} node(s) "
                         f"({res.groups} distinct fingerprint(s))")
-        t.add_column("attribute")
-        t.add_column("majority value")
+        t.add_column("attribute", overflow="fold")
+        t.add_column("majority value", overflow="fold")  # values are long (pairing): never cut
         t.add_column("support", justify="right")
         for k, v in res.profile.expect.items():
             t.add_row(k, str(v), f"{res.profile.support[k]:.1%}")
@@ -131,7 +131,7 @@ def _learn(directory: str, as_json: bool, write_profile: str | None, min_support
         if res.deviations:
             d = Table(title=f"{len(res.deviating_nodes())} deviating node(s)")
             for col in ("node", "attribute", "value", "majority"):
-                d.add_column(col)
+                d.add_column(col, overflow="fold")
             for x in res.deviations:
                 d.add_row(x.node, x.attribute, "-" if x.actual is None else str(x.actual),
                           str(x.expected))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -231,3 +232,31 @@ def test_bad_rules_are_refused(bad: str, msg: str) -> None:
 
     with pytest.raises(ConfigError, match=msg):
         parse_rules(bad, "rules.toml")
+
+
+def test_every_profile_finding_names_its_device() -> None:
+    from dataclasses import replace
+
+    from minutiae.analyses.topology.profile import Profile, fingerprint
+    from minutiae.testing.topology import dgx_like_topology
+
+    prof = Profile("p", fingerprint(dgx_like_topology()))
+    bad = dgx_like_topology(slow_nic=3, nic_state="DOWN", drop_nic=6)
+    bad = replace(bad, gpus=tuple(replace(g, pcie_width=8) if g.index == 5 else g for g in bad.gpus))
+    found = {f.rule: f.message for f in check_topology(bad, prof).findings}
+    assert "[GPU5 (0000:63:00.0)]" in found["gpus.pcie"]
+    assert "[mlx5_3 (0000:44:00.0)]" in found["nics.rate_gbps"]
+    assert "mlx5_6" in found["nics.names"] and "GPU6 (0000:73:00.0) nearest" in found["gpus.pairing"]
+    assert all("[" in m for r, m in found.items() if not r.startswith("self.")), found
+    assert all(re.search(r"GPU\d|mlx5_\d|node", m) for m in found.values()), found
+
+
+def test_learn_table_never_cuts_values(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    d = _fleet(tmp_path)
+    main(["topo", "--learn", str(d)])
+    out = capsys.readouterr().out
+    assert "…" not in out
+    flat = re.sub(r"[\s│┃|]", "", out)
+    assert "0>mlx5_0;1>mlx5_1;2>mlx5_2" in flat  # the long pairing value, folded, all there

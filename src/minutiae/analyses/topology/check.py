@@ -8,6 +8,7 @@ critical.
 
 from __future__ import annotations
 
+from minutiae.analyses.topology.devices import culprits
 from minutiae.analyses.topology.placement import place_gpus
 from minutiae.analyses.topology.profile import Profile, Value, fingerprint
 from minutiae.analyses.topology.rules import rules
@@ -28,9 +29,11 @@ def _message(key: str, actual: Value, expected: Value) -> str:
     return f"{key} is {actual!r}, expected {expected!r}"
 
 
-def check_against(fp: dict[str, Value], profile: Profile) -> tuple[list[Finding], list[str]]:
-    """Findings for every profile attribute the node deviates from; the attributes it cannot
-    tell are returned as the second list."""
+def check_against(fp: dict[str, Value], profile: Profile,
+                  t: NodeTopology | None = None) -> tuple[list[Finding], list[str]]:
+    """Findings for every profile attribute the node deviates from, each naming the devices
+    behind it when ``t`` is given; the attributes it cannot tell are returned as the second
+    list."""
     findings: list[Finding] = []
     unknown: list[str] = []
     for key, expected in profile.expect.items():
@@ -43,11 +46,14 @@ def check_against(fp: dict[str, Value], profile: Profile) -> tuple[list[Finding]
             kind, sev, act = rule.kind, rule.severity, rule.action
             sup = profile.support.get(key)
             extra = f" (fleet majority, {sup:.1%} of {profile.nodes} nodes)" if sup is not None else ""
+            who = culprits(t, key, expected) if t is not None else []
+            where = f" [{'; '.join(who)}]" if who else (
+                f" [node {t.where or t.source}]" if t is not None else "")
             findings.append(Finding(
-                kind=kind, severity=sev, action=act, message=_message(key, actual, expected) + extra,
+                kind=kind, severity=sev, action=act, message=_message(key, actual, expected) + where + extra,
                 component="topology", rule=key,
                 attrs={"attribute": key, "actual": str(actual), "expected": str(expected),
-                       "support": sup},
+                       "support": sup, "devices": "; ".join(who)},
             ))
     return findings, unknown
 
@@ -99,7 +105,7 @@ def check_topology(t: NodeTopology, profile: Profile | None = None) -> CheckResu
     observed = 0
     if profile is not None:
         fp = fingerprint(t)
-        more, unknown = check_against(fp, profile)
+        more, unknown = check_against(fp, profile, t)
         observed = len(profile.expect) - len(unknown)
         seen = {(f.kind, f.component, f.message) for f in findings}
         findings += [f for f in more if (f.kind, f.component, f.message) not in seen]
