@@ -55,6 +55,12 @@ def _table(report: StragglerReport) -> None:
         for g in report.slowest:
             console.print(f"  {g.component}  {g.slowdown:+.2%} ({g.ci_low:+.2%}..{g.ci_high:+.2%})"
                           f"  {g.gpu_hours_per_day:,.1f} GPU-h/day")
+    if report.workload is not None:
+        console.print(f"workload imbalance: {report.workload.pattern}")
+    for change in report.job_level:
+        console.print(f"job level: {change.text()}")
+    for limit in report.data_limits:
+        console.print(f"cannot show: {limit}")
     for st in report.stopped:
         console.print(f"rank {st.rank} ({st.node or 'node unknown'}) stopped reporting after "
                       f"step {st.last_step} (job at step {st.job_last_step})")

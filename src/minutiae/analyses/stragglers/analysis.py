@@ -32,7 +32,14 @@ from minutiae.analyses.stragglers.calib import (
     sigma_inflation,
 )
 from minutiae.analyses.stragglers.detect import SeriesDetector
-from minutiae.analyses.stragglers.floor import DEFAULT_MIN_SLOWDOWN, above_floor, lag1, slowest
+from minutiae.analyses.stragglers.floor import (
+    DEFAULT_MIN_SLOWDOWN,
+    above_floor,
+    lag1,
+    slowest,
+    spread,
+)
+from minutiae.analyses.stragglers.jobseries import JobSeries, wait_included
 from minutiae.analyses.stragglers.locate import RankMeta, locate
 from minutiae.analyses.stragglers.medians import fast_median
 from minutiae.analyses.stragglers.moving import split_moving
@@ -178,6 +185,17 @@ class StragglerAnalysis:
                 BIAS_Z * self.comm_peers.offset_error() / csig[self.groups])
         self.steps_seen: list[np.ndarray] = []
         self.total_medians: list[float] = []
+        self.series = JobSeries()
+        self.data_limits: list[str] = []
+        waits = wait_included(warm.total) if warm.basis is Basis.STEP else None
+        if waits is not None:
+            self.data_limits.append(
+                f"these step times include collective waits (ranks agree within "
+                f"{waits[0]:.2%} while the job's step time varies {waits[1]:.2%} step to step): "
+                "per-rank compute cannot be compared, so no rank can be blamed; record sections "
+                "(StepTimer with a collective section, or per-rank forward/backward timers) to "
+                "find stragglers. The job-level step-time series is still analysed")
+            self.warnings.append(self.data_limits[-1])
 
     def _groups(self, warm: TimingMatrix) -> tuple[np.ndarray, str]:
         if warm.stage is not None:
@@ -231,8 +249,12 @@ class StragglerAnalysis:
             assert node_r is not None
             fresh += self.nodes.update_ratio(self.layout.medians(node_r), m.steps).size
         fresh += self.compute.update_ratio(r, m.steps).size
+        self.series.add(m.steps, "step", m.total)
         if self.comm is not None and m.comm is not None:
-            fresh += self.comm.update(self._own_comm(m), m.steps).size
+            own = self._own_comm(m)
+            self.series.add(m.steps, "communication", own)
+            self.series.add(m.steps, "compute", m.compute)
+            fresh += self.comm.update(own, m.steps).size
         self.steps_seen.append(m.steps)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -255,7 +277,9 @@ class StragglerAnalysis:
         suspects = locate(self.meta, self.compute.alarms(),
                           self.comm.alarms() if self.comm is not None else None, self.basis,
                           (comp_share, comm_share), n, nodes)
-        suspects, below = above_floor(suspects, self.options.min_slowdown)
+        first = int(steps[0]) if steps.size else 0
+        suspects, below = above_floor(suspects, self.options.min_slowdown, first,
+                                      self.options.warmup, spread(self.compute))
         index = {int(r): i for i, r in enumerate(self.meta.ranks.tolist())}
         suspects, workload = split_moving(suspects, self.compute.recent_rows(), index)
         listed = slowest(self.meta, self.compute, comp_share, n,
@@ -280,7 +304,8 @@ class StragglerAnalysis:
             last_step=int(steps[-1]) if steps.size else -1, job_gpus=n, grouping=self.grouping,
             groups=len(self.members), noise=self.noise, bases=bases, design=self.design,
             min_slowdown=self.options.min_slowdown, slowest=listed, below_floor=below,
-            workload=workload)
+            workload=workload, job_level=self.series.changes(),
+            data_limits=tuple(self.data_limits))
 
 
 def analyse(m: TimingMatrix, options: Options = Options(), where: str = "") -> StragglerReport:

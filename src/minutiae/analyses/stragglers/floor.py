@@ -21,13 +21,35 @@ DEFAULT_MIN_SLOWDOWN = 0.03
 #: a suspect's point estimate must reach this share of the floor (its interval the floor)
 KEEP_SHARE = 0.8
 SLOWEST_LISTED = 10
+#: spreads of the job's GPU-to-GPU offsets an offset present from the start must reach
+SPREAD_Z = 4.0
 
 
-def above_floor(suspects: list[Suspect], floor: float) -> tuple[list[Suspect], int]:
-    """The suspects that reach the floor, and how many alarms did not."""
+def spread(det: SeriesDetector) -> float:
+    """The job's GPU-to-GPU spread: 1.4826 x MAD across ranks of each rank's mean log-ratio
+    over every step tested (the silicon lottery plus what noise leaves in a mean)."""
+    ok = det.total_n >= 1
+    m = det.total_r[ok] / det.total_n[ok]
+    return float(1.4826 * np.median(np.abs(m - np.median(m)))) if m.size >= 8 else 0.0
+
+
+def above_floor(suspects: list[Suspect], floor: float, first_step: int, warmup: int,
+                job_spread: float) -> tuple[list[Suspect], int]:
+    """The suspects that reach the floor, and how many alarms did not. A slowdown present
+    since the data starts (``since_step`` within the warm-up) is also judged against the job's
+    own GPU-to-GPU spread: it must reach ``SPREAD_Z`` spreads (a 1 % lottery puts 1 GPU in 750
+    beyond 3 %; beyond 4 spreads, 1 in 30,000), so the lottery's tail is listed, not blamed,
+    while a node or GPU slow from step 0 by more than that is found."""
     if floor <= 0:
         return suspects, 0
-    keep = [s for s in suspects if s.slowdown >= KEEP_SHARE * floor and s.ci_high >= floor]
+
+    def ok(s: Suspect) -> bool:
+        need = floor
+        if s.since_step <= first_step + warmup:
+            need = max(floor, float(np.expm1(SPREAD_Z * job_spread)))
+        return s.slowdown >= KEEP_SHARE * need and s.ci_high >= need
+
+    keep = [s for s in suspects if ok(s)]
     return keep, len(suspects) - len(keep)
 
 

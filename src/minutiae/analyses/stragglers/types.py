@@ -182,6 +182,27 @@ class WorkloadImbalance:
 
 
 @dataclass(frozen=True, slots=True)
+class JobChange:
+    """The typical ``series`` (``step``, ``compute`` or ``communication``) time changed by
+    ``change`` (0.3 = 30 % slower) from ``step`` on; ``held``: it lasted to the end."""
+
+    series: str
+    step: int
+    change: float
+    held: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"series": self.series, "step": self.step, "change": round(self.change, 4),
+                "held": self.held}
+
+    def text(self) -> str:
+        word = {"communication": "collective (communication) time of every rank",
+                "step": "job step time", "compute": "job compute time"}[self.series]
+        tail = "held to the end" if self.held else "then went back"
+        return f"{word} {self.change:+.1%} from step {self.step}, {tail}"
+
+
+@dataclass(frozen=True, slots=True)
 class StoppedRank:
     """A rank that stopped reporting: its last step is ``last_step`` while the job went on to
     ``job_last_step`` (a hang, a crash or a lost logger: a finding in itself)."""
@@ -221,6 +242,8 @@ class StragglerReport:
     slowest: tuple[SlowGpu, ...] = ()
     below_floor: int = 0  # alarms whose slowdown was below ``min_slowdown`` (not suspects)
     workload: WorkloadImbalance | None = None
+    job_level: tuple[JobChange, ...] = ()
+    data_limits: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -234,6 +257,8 @@ class StragglerReport:
             "min_slowdown": self.min_slowdown, "below_floor_alarms": self.below_floor,
             "slowest": [s.to_json() for s in self.slowest],
             "workload": None if self.workload is None else self.workload.to_json(),
+            "job_level": [c.to_json() for c in self.job_level],
+            "data_limits": list(self.data_limits),
         }
 
 
