@@ -4,6 +4,7 @@ share, and the pinning that removes them. Thin: /proc in sources, logic in analy
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -24,13 +25,19 @@ from minutiae.errors import ConfigError
 def command(job_cpus: str | None, pids: tuple[int, ...], proc_root: str, cgroup_root: str,
             interval: float, min_share: float, as_json: bool) -> int:
     """Noisy neighbours on a job's CPUs and the taskset/systemd lines that move them."""
+    from minutiae.analyses.topology.irqs import irq_report
     from minutiae.analyses.topology.neighbours import (
         find_neighbours,
         job_cpus_of,
         job_members,
         pinning,
     )
-    from minutiae.analyses.topology.read_procs import online_cpus, read_processes, sample_processes
+    from minutiae.analyses.topology.read_procs import (
+        online_cpus,
+        read_irqs,
+        read_processes,
+        sample_processes,
+    )
     from minutiae.clock import SystemClock
     from minutiae.model.topology import format_cpulist, parse_cpulist
 
@@ -57,13 +64,15 @@ def command(job_cpus: str | None, pids: tuple[int, ...], proc_root: str, cgroup_
     found = find_neighbours(procs, cpus, members, share_map, machine, min_share)
     free = tuple(c for c in machine if c not in set(cpus))
     lines = pinning(found, free) if found and free else []
+    irqs = irq_report(read_irqs(proc_root), procs, cpus)
+    irq_lines = irqs.advice(cpus, free)
     if as_json:
         click.echo(json.dumps({
             "job_cpus": list(cpus), "job_pids": sorted(members), "free_cpus": list(free),
             "neighbours": [{"pid": n.pid, "name": n.name, "overlap": list(n.overlap),
                             "cpu_share": n.cpu_share, "on_job_cpu": n.on_job_cpu,
                             "unit": n.unit, "cmdline": n.cmdline} for n in found],
-            "pinning": lines}, indent=2))
+            "pinning": lines, "irq": irqs.to_json(), "irq_pinning": irq_lines}, indent=2))
     else:
         from rich.console import Console
         from rich.table import Table
@@ -83,4 +92,23 @@ def command(job_cpus: str | None, pids: tuple[int, ...], proc_root: str, cgroup_
                 con.print(ln, highlight=False, markup=False)
         elif found:
             con.print("no CPU outside the job to move them to", highlight=False)
-    return 1 if found else 0
+        _print_irqs(con, irqs, irq_lines)
+    return 1 if found or irqs.irqs else 0
+
+
+def _print_irqs(con: Any, irqs: Any, lines: list[str]) -> None:
+    from minutiae.model.topology import format_cpulist
+
+    if irqs.unreadable:
+        con.print("IRQs: UNKNOWN (interrupts unreadable)", highlight=False)
+    elif irqs.irqs:
+        con.print(f"{len(irqs.irqs)} IRQ(s) delivered to the job's CPUs:", highlight=False)
+        for i in irqs.irqs[:50]:
+            con.print(f"  IRQ {i.irq} {i.name}: may use {format_cpulist(i.overlap)}, "
+                      f"{i.on_job} on job CPUs", highlight=False, markup=False)
+    else:
+        con.print("IRQs: none delivered to the job's CPUs", highlight=False)
+    con.print("irqbalance: " + (f"running (pid {','.join(map(str, irqs.irqbalance))})"
+                                if irqs.irqbalance else "not running"), highlight=False)
+    for ln in lines:
+        con.print(ln, highlight=False, markup=False)

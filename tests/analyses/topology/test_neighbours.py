@@ -130,3 +130,39 @@ def test_real_proc_finds_a_busy_process_pinned_on_the_job_cpu() -> None:
     finally:
         busy.kill()
         busy.wait()
+
+
+INTERRUPTS = """\
+           CPU0       CPU1       CPU2       CPU3       CPU4       CPU5       CPU6       CPU7
+  0:         36          0          0          0          0          0          0          0   IO-APIC   2-edge      timer
+ 98:          0          0          0          0     912345          0          0          0  IR-PCI-MSIX-0000:1a:00.0   1-edge      mlx5_comp0@pci:0000:1a:00.0
+ 99:       5000          0          0          0          0          0          0          0  IR-PCI-MSIX-0000:1a:00.0   2-edge      mlx5_comp1@pci:0000:1a:00.0
+NMI:          0          0          0          0          0          0          0          0   Non-maskable interrupts
+LOC:     100000     100000     100000     100000     100000     100000     100000     100000   Local timer interrupts
+"""
+
+
+def test_irqs_on_job_cpus_and_irqbalance(tree: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    from minutiae.analyses.topology.irqs import irq_report
+    from minutiae.analyses.topology.read_procs import read_irqs
+
+    proc, cg = tree
+    (proc / "interrupts").write_text(INTERRUPTS)
+    for irq, aff in ((0, "0"), (98, "4-7"), (99, "0-3")):
+        (proc / "irq" / str(irq)).mkdir(parents=True)
+        (proc / "irq" / str(irq) / "smp_affinity_list").write_text(aff + "\n")
+    _proc(proc, 500, "irqbalance", 1, "0-7", cgroup="0::/system.slice/irqbalance.service")
+    ps = read_processes(proc, cg)
+    rep = irq_report(read_irqs(proc), ps, (4, 5, 6, 7))
+    assert [(i.irq, i.name, i.overlap, i.on_job) for i in rep.irqs] == [
+        (98, "mlx5_comp0@pci:0000:1a:00.0", (4, 5, 6, 7), 912345)]  # 99 fired only on CPU0
+    assert rep.irqbalance == (500,)
+    adv = rep.advice((4, 5, 6, 7), (0, 1, 2, 3))
+    assert adv[0] == "echo 0-3 > /proc/irq/98/smp_affinity_list  # mlx5_comp0@pci:0000:1a:00.0"
+    assert "IRQBALANCE_BANNED_CPULIST=4-7" in adv[1]
+    assert main(["neighbours", "--job-cpus", "4-7", "--proc-root", str(proc), "--cgroup-root",
+                 str(cg), "--interval", "0", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["irq"]["irqbalance_running"] is True and out["irq"]["irqs"][0]["irq"] == 98
+    (proc / "interrupts").unlink()
+    assert irq_report(read_irqs(proc), ps, (4,)).to_json()["irqbalance_running"] is None

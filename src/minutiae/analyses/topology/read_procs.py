@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from minutiae.analyses.topology.parse_irq import Irq, parse_interrupts
 from minutiae.analyses.topology.parse_proc_status import (
     ProcInfo,
     parse_cgroup,
@@ -104,3 +105,31 @@ def online_cpus(proc_root: str | Path = "/proc") -> tuple[int, ...]:
         if st.cpus_allowed:
             return st.cpus_allowed
     return ()
+
+
+def read_irqs(proc_root: str | Path = "/proc") -> list[Irq] | None:
+    """The numbered IRQs with their affinity; ``None`` when ``interrupts`` cannot be read."""
+    root = Path(proc_root)
+    text = _read_all(root / "interrupts")
+    if text is None:
+        return None
+    aff: dict[int, str] = {}
+    irq_dir = root / "irq"
+    try:
+        names = [e for e in os.listdir(irq_dir) if e.isdigit()]
+    except OSError:
+        names = []
+    for e in names:
+        t = _read(irq_dir / e / "smp_affinity_list")
+        if t is not None:
+            aff[int(e)] = t.strip()
+    return parse_interrupts(text, aff)
+
+
+def _read_all(path: Path, cap: int = 1 << 24) -> str | None:
+    """A whole /proc file (``interrupts`` is one line per IRQ: large on big hosts), capped."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(cap).decode("utf-8", errors="replace")
+    except OSError:
+        return None
