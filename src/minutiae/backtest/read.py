@@ -12,14 +12,13 @@ Missing optional files are empty; unreadable or malformed ones raise ``InputErro
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from minutiae.errors import DataError, InputError, ParseError
+from minutiae.errors import InputError, ParseError
+from minutiae.node.replay import parse_csv
 
 SIMULATED = "simulated"
 RECORDED = "recorded"
@@ -61,18 +60,6 @@ def read_csv(root: Path, name: str, required: tuple[str, ...]) -> list[dict[str,
     if not path.exists():
         return []
     return parse_csv(_read_text(path), str(path), required)
-
-
-def parse_csv(text: str, where: str, required: tuple[str, ...]) -> list[dict[str, str]]:
-    reader = csv.DictReader(io.StringIO(text))
-    cols = reader.fieldnames or []
-    missing = [c for c in required if c not in cols]
-    if missing:
-        raise DataError(f"missing column(s) {', '.join(missing)} (header: {','.join(cols)})", where)
-    try:
-        return [r for r in reader if r]
-    except csv.Error as exc:
-        raise ParseError(f"bad CSV: {exc}", where) from None
 
 
 def read_lines(path: Path) -> list[str]:

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -21,8 +23,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from minutiae.backtest.read import parse_csv
 from minutiae.clock import ManualClock
+from minutiae.errors import DataError, ParseError
 from minutiae.model import Action, Finding, Severity
 from minutiae.model.snapshot import SnapshotBuilder
 from minutiae.node.sources.ib.parse_sysfs import ib_component, parse_ib_port
@@ -64,21 +66,39 @@ def _parser(year: int | None) -> KernelLogParser:
     return KernelLogParser((*kernel_log_rules(), BOOT_RULE), year=year)
 
 
-def log_signals(data: bytes, year: int | None) -> tuple[list[TimedFinding], list[float]]:
-    """``(findings with times, boot times)`` of one kernel log; lines without a wall-clock time
-    (raw dmesg uptimes) cannot be placed and are skipped."""
+@dataclass(frozen=True, slots=True)
+class LogSeries:
+    """One kernel log, replayed: its findings with times, its boot times, and how many
+    findings had no wall-clock time (raw dmesg uptimes: they cannot be placed)."""
+
+    findings: tuple[TimedFinding, ...]
+    boots: tuple[float, ...]
+    untimed: int = 0
+
+
+def log_series(data: bytes, year: int | None) -> LogSeries:
+    """What the agent's kernel-log check finds in ``data``, line by line, with the node checks'
+    own mapping (catalogs, Xid 45 follows the previous Xid …)."""
     findings: list[TimedFinding] = []
     boots: list[float] = []
-    mapper = LogFindingMapper()  # the node checks' own mapping (catalogs, Xid 45 follows …)
+    untimed = 0
+    mapper = LogFindingMapper()
     for ev in _parser(year).parse_chunks([data]):
         if ev.time is None:
+            untimed += ev.kind != "boot"
             continue
         t = ev.time.timestamp()
         if ev.kind == "boot":
             boots.append(t)
         else:
             findings.append(TimedFinding(t, mapper.finding(ev)))
-    return findings, boots
+    return LogSeries(tuple(findings), tuple(boots), untimed)
+
+
+def log_signals(data: bytes, year: int | None) -> tuple[list[TimedFinding], list[float]]:
+    """``(findings with times, boot times)`` of one kernel log (:func:`log_series`)."""
+    series = log_series(data, year)
+    return list(series.findings), list(series.boots)
 
 
 @cache
@@ -198,78 +218,101 @@ def ib_signals(text: str, where: str, node: str = "localhost", boots: Sequence[f
     grace ends (a port still down then has no new sample)."""
     rows = parse_csv(text, where, ("time", "device", "port", "counter", "value"))
     rows.sort(key=lambda r: float(r["time"]) if _num(r["time"]) else 0.0)
-    plain = tuple(r for r in ib_rules() if r.gate is None)
-    nongroup = tuple(r for r in plain if r.cond.op != "below_group_max")
-    group = tuple(r for r in plain if r.cond.op == "below_group_max")
-    gated = tuple(r for r in ib_rules() if r.gate is not None)
-    rates = {r.id for r in plain if r.cond.op in RATE_OPS}
-    # the gates keep timing after the last row (a window, a healthy delay) for twice their
-    # longest wait; not forever (an alarm that holds to the end re-checks while it lasts)
-    last = max((float(r["time"]) for r in rows if _num(r["time"])), default=0.0)
-    waits = [w for r in gated if r.gate is not None for w in (r.gate.for_s, r.gate.clear_after_s, r.gate.window_s)]
-    replay = GateReplay(gated, node, end=last + 2 * max(waits, default=0.0) + 1.0)
-    values: dict[str, dict[str, Any]] = {}
-    prev: dict[str, dict[str, Any]] = {}
-    prev_t: float | None = None
-    grouped = {m for r in group for m in (*r.cond.metrics, r.cond.group_by or "")}
-    had: set[str] = set()
-    group_found: list[Finding] = []
-    out: list[tuple[float, tuple[Finding, ...]]] = []
-    boot_list = sorted(boots)
-    grace = max((boot_grace_s(r) for r in ib_rules()), default=0.0)
     samples = list(_samples(rows))
-    # the first sample at or after a boot grace ends judges every port (the values are the
-    # sample's, a port still down then has no row of its own)
-    times = [st for st, _ in samples]
-    graced = {times[k] for b in boot_list if grace > 0
-              for k in [bisect_left(times, b + grace)] if k < len(times)}
-    ticks: list[float] = []
+    last = max((float(r["time"]) for r in rows if _num(r["time"])), default=0.0)
+    replay = _IbReplay(where, node, sorted(boots), last, [st for st, _ in samples])
+    out: list[tuple[float, tuple[Finding, ...]]] = []
     changed: dict[tuple[str, str], dict[str, str]]
     i = 0
-    while i < len(samples) or ticks:
-        ticks.sort()
-        if ticks and (i >= len(samples) or ticks[0] < samples[i][0]):
-            t, changed = ticks.pop(0), {}
+    while i < len(samples) or replay.ticks:
+        replay.ticks.sort()
+        if replay.ticks and (i >= len(samples) or replay.ticks[0] < samples[i][0]):
+            t, changed = replay.ticks.pop(0), {}
         else:
             t, changed = samples[i]
             i += 1
-            ticks = [x for x in ticks if x != t]
-        k = bisect_right(boot_list, t)
-        node_vals = {"node": {UPTIME: t - boot_list[k - 1]}} if k else {}
-        comps = set(values) if changed and t in graced else set()
+            replay.ticks = [x for x in replay.ticks if x != t]
+        out.append((t, replay.step(t, changed)))
+    return out
+
+
+class _IbReplay:
+    """The state of one ib.csv replay between samples (see ``ib_signals``)."""
+
+    def __init__(self, where: str, node: str, boots: list[float], last: float,
+                 times: list[float]) -> None:
+        rules = ib_rules()
+        plain = tuple(r for r in rules if r.gate is None)
+        self.where = where
+        self.nongroup = tuple(r for r in plain if r.cond.op != "below_group_max")
+        self.group = tuple(r for r in plain if r.cond.op == "below_group_max")
+        self.gated = tuple(r for r in rules if r.gate is not None)
+        self.rates = {r.id for r in plain if r.cond.op in RATE_OPS}
+        # the gates keep timing after the last row (a window, a healthy delay) for twice their
+        # longest wait; not forever (an alarm that holds to the end re-checks while it lasts)
+        waits = [w for r in self.gated if r.gate is not None
+                 for w in (r.gate.for_s, r.gate.clear_after_s, r.gate.window_s)]
+        self.gates = GateReplay(self.gated, node, end=last + 2 * max(waits, default=0.0) + 1.0)
+        self.grouped = {m for r in self.group for m in (*r.cond.metrics, r.cond.group_by or "")}
+        self.boots = boots
+        grace = max((boot_grace_s(r) for r in rules), default=0.0)
+        # the first sample at or after a boot grace ends judges every port (the values are the
+        # sample's, a port still down then has no row of its own)
+        self.graced = {times[k] for b in boots if grace > 0
+                       for k in [bisect_left(times, b + grace)] if k < len(times)}
+        self.values: dict[str, dict[str, Any]] = {}
+        self.prev: dict[str, dict[str, Any]] = {}
+        self.prev_t: float | None = None
+        self.had: set[str] = set()
+        self.group_found: list[Finding] = []
+        self.ticks: list[float] = []
+
+    def _parse(self, t: float, changed: Mapping[tuple[str, str], dict[str, str]]) -> tuple[set[str], bool]:
+        """The changed ports' new values; which components changed and whether a value the
+        group rules compare did."""
+        comps: set[str] = set()
         regroup = False
         for (dev, port), f in changed.items():
             # the parser turns only the files that changed into values (the rest are kept);
             # its "missing file" problems for the unchanged ones are meaningless here
             b = SnapshotBuilder("sysfs-ib", t)
-            parse_ib_port(b, dev, port, f, f"{where}:{dev}/{port}")
+            parse_ib_port(b, dev, port, f, f"{self.where}:{dev}/{port}")
             comp = ib_component(dev, port)
-            old = values.get(comp)
+            old = self.values.get(comp)
             new = {**(old or {}), **{o.metric: o.value for o in b.build()}}
-            regroup = regroup or old is None or any(old.get(m) != new.get(m) for m in grouped)
-            values[comp] = new
+            regroup = regroup or old is None or any(old.get(m) != new.get(m) for m in self.grouped)
+            self.values[comp] = new
             comps.add(comp)
-        previous = _Previous(prev, prev_t) if prev_t is not None else _Previous({}, t)
-        sub = {c: values[c] for c in sorted(comps | had) if c in values}  # sorted: same order in every process
+        return comps, regroup
+
+    def step(self, t: float, changed: Mapping[tuple[str, str], dict[str, str]]) -> tuple[Finding, ...]:
+        """The findings at ``t`` (a sample with its ``changed`` files, or a re-check: none)."""
+        k = bisect_right(self.boots, t)
+        node_vals = {"node": {UPTIME: t - self.boots[k - 1]}} if k else {}
+        comps = set(self.values) if changed and t in self.graced else set()
+        parsed, regroup = self._parse(t, changed)
+        comps |= parsed
+        previous = _Previous(self.prev, self.prev_t) if self.prev_t is not None else _Previous({}, t)
+        # sorted: the same order in every process
+        sub = {c: self.values[c] for c in sorted(comps | self.had) if c in self.values}
         sub.update(node_vals)
         if regroup:  # group rules compare ports: only a change of what they compare matters
-            group_found = evaluate(group, Context({**values, **node_vals}, previous, t))
-        found = evaluate(nongroup, Context(sub, previous, t)) + group_found
-        if gated:  # the agent's engine over the gated rules' verdicts (shared with the sim eval)
-            ordered = {**{c: values[c] for c in sorted(values)}, **node_vals}
-            gate_found, again = replay.check(judge(gated, Context(ordered, previous, t)), t, bool(changed))
+            self.group_found = evaluate(self.group, Context({**self.values, **node_vals}, previous, t))
+        found = evaluate(self.nongroup, Context(sub, previous, t)) + self.group_found
+        if self.gated:  # the agent's engine over the gated rules' verdicts (shared with the sim eval)
+            ordered = {**{c: self.values[c] for c in sorted(self.values)}, **node_vals}
+            gate_found, again = self.gates.check(judge(self.gated, Context(ordered, previous, t)), t, bool(changed))
             found += gate_found
-            ticks += [x for x in again if x not in ticks]
-        had = {f.component for f in found if f.component}
-        out.append((t, tuple(found)))
-        if changed and any(f.rule in rates for f in found):
-            ticks.append(t + RECHECK_S)
-        for c in values:
-            prev[c] = dict(values[c]) if c in comps or c not in prev else prev[c]
+            self.ticks += [x for x in again if x not in self.ticks]
+        self.had = {f.component for f in found if f.component}
+        if changed and any(f.rule in self.rates for f in found):
+            self.ticks.append(t + RECHECK_S)
+        for c in self.values:
+            self.prev[c] = dict(self.values[c]) if c in comps or c not in self.prev else self.prev[c]
         if not changed:  # a re-check: the previous check is now, with the same values
-            prev = {c: dict(v) for c, v in values.items()}
-        prev_t = t
-    return out
+            self.prev = {c: dict(v) for c, v in self.values.items()}
+        self.prev_t = t
+        return tuple(found)
 
 
 def _num(s: str | None) -> bool:
@@ -283,3 +326,17 @@ def _num(s: str | None) -> bool:
 def drains_somewhere(findings: Iterable[Finding]) -> int:
     """How many findings need a node-level remediation (reset_gpu or more)."""
     return sum(1 for f in findings if f.action.drains)
+
+
+def parse_csv(text: str, where: str, required: tuple[str, ...]) -> list[dict[str, str]]:
+    """Rows of a CSV text as dicts (a recorded series: ib.csv, fleet.csv …); ``DataError``
+    names ``where`` when a required column is missing, ``ParseError`` when it is not CSV."""
+    reader = csv.DictReader(io.StringIO(text))
+    cols = reader.fieldnames or []
+    missing = [c for c in required if c not in cols]
+    if missing:
+        raise DataError(f"missing column(s) {', '.join(missing)} (header: {','.join(cols)})", where)
+    try:
+        return [r for r in reader if r]
+    except csv.Error as exc:
+        raise ParseError(f"bad CSV: {exc}", where) from None
