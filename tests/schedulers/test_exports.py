@@ -33,6 +33,6 @@ def test_serve_offers_the_registered_backends() -> None:
 
     [opt] = [p for p in command.params if p.name == "backend"]
     assert isinstance(opt.type, click.Choice)
-    assert tuple(opt.type.choices) == schedulers.serve_backends() == (
-        "dry-run", "slurm", "kubernetes")
+    assert tuple(opt.type.choices) == schedulers.serve_backends()
+    assert {"dry-run", "slurm", "kubernetes"} <= set(opt.type.choices)
     assert "recording" in schedulers.BACKENDS  # the fake is registered, not served
