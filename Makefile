@@ -11,7 +11,7 @@ all: test
 $(BIN)/minutiae: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,lightning]'
 	@touch $@
 
 venv: $(BIN)/minutiae

@@ -37,9 +37,10 @@ def test_csv_rows_exact(tmp_path: Path) -> None:
     _loop(timer, clock, 3, compute=0.75)
     timer.close()
     lines = (tmp_path / "r3.csv").read_text().splitlines()
-    assert lines[0] == "step,rank,seconds,node,gpu,stage,section,time"
-    assert lines[1:5] == ["0,3,0.25,gpu117,3,1,forward,", "0,3,0.5,gpu117,3,1,backward,",
-                          "0,3,0.25,gpu117,3,1,allreduce,", "0,3,1,gpu117,3,1,,1767225601.000000"]
+    assert lines[0] == "step,rank,seconds,node,gpu,stage,section,time,calls"
+    assert lines[1:5] == ["0,3,0.25,gpu117,3,1,forward,,1", "0,3,0.5,gpu117,3,1,backward,,1",
+                          "0,3,0.25,gpu117,3,1,allreduce,,1",
+                          "0,3,1,gpu117,3,1,,1767225601.000000,"]
     assert len(lines) == 1 + 3 * 4
 
 
@@ -55,7 +56,7 @@ def test_env_rank_and_callback_api(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     timer.end_step()
     timer.close()
     rows = (tmp_path / "rank12.csv").read_text().splitlines()[1:]
-    assert rows[0] == "7,12,0.125,n1,4,,optimizer,"
+    assert rows[0] == "7,12,0.125,n1,4,,optimizer,,1"
     assert rows[1].startswith("7,12,0.125,n1,4,,,")
 
 
@@ -106,8 +107,8 @@ def test_http_sink_posts_to_a_real_server() -> None:
         server.shutdown()
     rows = [r for body in _Recorder.bodies for r in body["rows"]]  # type: ignore[attr-defined]
     assert _Recorder.bodies[0]["columns"] == ["step", "rank", "seconds", "node", "gpu", "stage",
-                                              "section", "time"]
-    assert len(rows) == 40 and rows[0] == [0, 2, 0.25, "gpu009", 2, None, "forward", None]
+                                              "section", "time", "calls"]
+    assert len(rows) == 40 and rows[0] == [0, 2, 0.25, "gpu009", 2, None, "forward", None, 1]
     assert timer.sink.sent == 40  # type: ignore[attr-defined]
 
 
@@ -166,3 +167,52 @@ def test_needs_one_destination() -> None:
         StepTimer()
     with pytest.raises(ValueError, match="http"):
         StepTimer(url="file:///etc/passwd")
+
+
+def test_repeated_sections_in_a_step_are_summed_with_their_count(tmp_path: Path) -> None:
+    clock = fakes.FakeClock()
+    timer = StepTimer(tmp_path / "r.csv", rank=0, node="n", clock=clock)
+    for step in range(2):
+        with timer.step(step):
+            for _ in range(4):                      # gradient accumulation: 4 micro-batches
+                with timer.section("forward"):
+                    clock.advance(0.125)
+                with timer.section("backward"):
+                    clock.advance(0.25)
+            for _ in range(3):                      # three buckets all-reduced
+                with timer.section("allreduce"):
+                    clock.advance(0.0625)
+    timer.close()
+    rows = (tmp_path / "r.csv").read_text().splitlines()[1:]
+    assert rows[:4] == ["0,0,0.5,n,,,forward,,4", "0,0,1,n,,,backward,,4",
+                        "0,0,0.1875,n,,,allreduce,,3", "0,0,1.6875,n,,,,1700000001.687500,"]
+    df = parse_timings((tmp_path / "r.csv").read_bytes(), "r.csv")
+    m = prepare(df, "r.csv")
+    assert not any("duplicate" in w for w in m.warnings)  # nothing dropped as a duplicate
+
+
+def test_an_end_without_begin_is_ignored_not_a_time_since_boot(tmp_path: Path) -> None:
+    clock = fakes.FakeClock(start=1297.0)
+    timer = StepTimer(tmp_path / "r.csv", rank=0, node="n", clock=clock)
+    timer.start_step(0)
+    timer.end("optimizer")                          # no begin("optimizer") in this step
+    clock.advance(0.5)
+    timer.end_step()
+    timer.end_step()                                # a second end: ignored too
+    timer.close()
+    rows = (tmp_path / "r.csv").read_text().splitlines()[1:]
+    assert rows == ["0,0,0.5,n,,,,1297.500000,"] and timer.unmatched == 2
+
+
+def test_pause_keeps_validation_out_of_the_step(tmp_path: Path) -> None:
+    clock = fakes.FakeClock()
+    timer = StepTimer(tmp_path / "r.csv", rank=0, node="n", clock=clock)
+    timer.start_step(5)
+    clock.advance(1.0)
+    timer.pause()
+    clock.advance(30.0)                             # a validation loop
+    timer.resume()
+    clock.advance(0.25)
+    timer.end_step()
+    timer.close()
+    assert (tmp_path / "r.csv").read_text().splitlines()[1].split(",")[2] == "1.25"

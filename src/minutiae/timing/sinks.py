@@ -1,13 +1,14 @@
 """Where StepTimer rows go: a local CSV file (appended) or an HTTP endpoint (fire-and-forget).
 
-Standard library only. A row is ``(step, section, seconds, time)``; sinks add the rank's
+Standard library only. A row is ``(step, section, seconds, time, calls)``; sinks add the rank's
 ``rank,node,gpu,stage`` and write the DESIGN.md columns
-``step,rank,seconds,node,gpu,stage,section,time`` (``section`` empty for the step total).
+``step,rank,seconds,node,gpu,stage,section,time`` plus ``calls`` (``section`` empty for the
+step total; ``calls``: how many times the section ran in the step, empty on the step row).
 
 HTTP payload (POST, ``Content-Type: application/json``)::
 
-    {"columns": ["step","rank","seconds","node","gpu","stage","section","time"],
-     "rows": [[100, 3, 1.2345, "gpu117", 3, 0, "", 1767225600.5], ...]}
+    {"columns": ["step","rank","seconds","node","gpu","stage","section","time","calls"],
+     "rows": [[100, 3, 1.2345, "gpu117", 3, 0, "", 1767225600.5, null], ...]}
 
 Both sinks format and write/post from a daemon thread; the training loop only hands over a
 list. When the disk or the receiver is slow or down, batches beyond ``max_pending`` are dropped
@@ -25,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-Row = tuple[int, str, float, float]
-COLUMNS = ("step", "rank", "seconds", "node", "gpu", "stage", "section", "time")
+Row = tuple[int, str, float, float, int]
+COLUMNS = ("step", "rank", "seconds", "node", "gpu", "stage", "section", "time", "calls")
 
 
 class Sink(Protocol):
@@ -108,9 +109,9 @@ class CsvSink:
     def _write(self, rows: list[Row]) -> None:
         rank, fixed = self._rank, self._fixed
         self._f.write("".join(
-            f"{step},{rank},{secs:.9g},{fixed},{_cell(name)},{t:.6f}\n" if t else
-            f"{step},{rank},{secs:.9g},{fixed},{_cell(name)},\n"
-            for step, name, secs, t in rows))
+            f"{step},{rank},{secs:.9g},{fixed},{_cell(name)},{t:.6f},\n" if t else
+            f"{step},{rank},{secs:.9g},{fixed},{_cell(name)},,{calls or ''}\n"
+            for step, name, secs, t, calls in rows))
         self._f.flush()
 
     def close(self, wait: float = 5.0) -> None:
@@ -140,8 +141,8 @@ class HttpSink:
     def _payload(self, rows: list[Row]) -> bytes:
         w = self.who
         return json.dumps({"columns": list(COLUMNS), "rows": [
-            [step, w.rank, secs, w.node, w.gpu, w.stage, name, t or None]
-            for step, name, secs, t in rows]}).encode()
+            [step, w.rank, secs, w.node, w.gpu, w.stage, name, t or None, calls or None]
+            for step, name, secs, t, calls in rows]}).encode()
 
     def _post(self, rows: list[Row]) -> None:
         req = urllib.request.Request(self.url, data=self._payload(rows), method="POST",

@@ -16,7 +16,12 @@ Standard library only (torch optional). Usage::
     timer.close()
 
 ``begin(name)``/``end(name)`` and ``start_step(n)``/``end_step()`` do the same for callback
-APIs (PyTorch Lightning hooks). Rows are buffered and written every ``flush_steps`` steps.
+APIs (``minutiae.timing.lightning.StepTimerCallback`` for PyTorch Lightning); ``pause()``/
+``resume()`` keep a validation loop out of the open step. A section entered several times in a
+step (micro-batches, several all-reduces) gives one row: the summed seconds and ``calls``, the
+number of times it ran. An ``end`` without its ``begin`` is ignored and counted
+(``timer.unmatched``), never turned into a time since boot. Rows are buffered and written every
+``flush_steps`` steps.
 
 With ``cuda=True`` (and torch with CUDA present) sections are timed with CUDA events recorded on
 the current stream, so asynchronous kernels are attributed to the section that launched them;
@@ -49,18 +54,29 @@ def _env_int(names: tuple[str, ...]) -> int | None:
 
 
 class _Section:
-    __slots__ = ("_mono", "_t0", "_timer", "name")
+    """A named section: entered and left any number of times in a step; the step's row holds
+    the summed time and how many times it ran (micro-batches, several all-reduces)."""
+
+    __slots__ = ("_mono", "_t0", "_timer", "calls", "name", "total")
 
     def __init__(self, timer: StepTimer, name: str) -> None:
-        self._timer, self.name, self._t0, self._mono = timer, name, 0.0, timer._mono
+        self._timer, self.name, self._t0, self._mono = timer, name, -1.0, timer._mono
+        self.total, self.calls = 0.0, 0
 
     def __enter__(self) -> _Section:
         self._t0 = self._mono()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        t = self._timer
-        t._buf.append((t._step_no, self.name, self._mono() - self._t0, 0.0))
+        t0 = self._t0
+        if t0 < 0.0:  # an end without a begin: never a time since boot
+            self._timer.unmatched += 1
+            return
+        self.total += self._mono() - t0
+        self._t0 = -1.0
+        self.calls += 1
+        if self.calls == 1:
+            self._timer._used.append(self)
 
 
 class _CudaSection:
@@ -79,18 +95,22 @@ class _CudaSection:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._start is None:
+            self._timer.unmatched += 1
+            return
         make = self._timer._event
         assert make is not None
         end = make()
         end.record()
         self._timer._pending.append((self._timer._step_no, self.name, self._start, end))
+        self._start = None
 
 
 class _Step:
-    __slots__ = ("_mono", "_t0", "_timer")
+    __slots__ = ("_mono", "_paused", "_t0", "_timer")
 
     def __init__(self, timer: StepTimer) -> None:
-        self._timer, self._t0, self._mono = timer, 0.0, timer._mono
+        self._timer, self._t0, self._mono, self._paused = timer, -1.0, timer._mono, -1.0
 
     def __enter__(self) -> _Step:
         self._t0 = self._mono()
@@ -98,7 +118,14 @@ class _Step:
 
     def __exit__(self, *exc: object) -> None:
         t = self._timer
-        t._buf.append((t._step_no, "", self._mono() - self._t0, t._now()))
+        if self._t0 < 0.0:
+            t.unmatched += 1
+            return
+        if self._paused >= 0.0:
+            t.resume()
+        t._emit_sections()
+        t._buf.append((t._step_no, "", self._mono() - self._t0, t._now(), 0))
+        self._t0 = -1.0
         t._steps += 1
         if t._pending:
             t._resolve()
@@ -133,6 +160,11 @@ class StepTimer:
         self.rank = rank
         self.flush_steps = max(1, flush_steps)
         self._buf: list[Row] = []
+        self._used: list[_Section] = []
+        #: ends (of sections or steps) that had no begin: ignored, counted here
+        self.unmatched = 0
+        #: steps still open at close (not written)
+        self.unfinished = 0
         self._pending: list[tuple[int, str, Any, Any]] = []
         self._steps = 0
         self._step_no = 0
@@ -169,14 +201,47 @@ class StepTimer:
     def end(self, name: str) -> None:
         self.section(name).__exit__(None, None, None)
 
+    @property
+    def in_step(self) -> bool:
+        """A step is open (started and not ended)."""
+        return self._step_ctx._t0 >= 0.0
+
+    def pause(self) -> None:
+        """Stop the open step's clock (validation inside a step is not step time)."""
+        st = self._step_ctx
+        if st._t0 >= 0.0 and st._paused < 0.0:
+            st._paused = self._mono()
+
+    def resume(self) -> None:
+        st = self._step_ctx
+        if st._paused >= 0.0:
+            st._t0 += self._mono() - st._paused
+            st._paused = -1.0
+
+    def _emit_sections(self) -> None:
+        """One row per section used in the step: summed seconds and the number of calls."""
+        step = self._step_no
+        for sec in self._used:
+            self._buf.append((step, sec.name, sec.total, 0.0, sec.calls))
+            sec.total, sec.calls = 0.0, 0
+        self._used.clear()
+
     # -- output ------------------------------------------------------------------------------
     def _resolve(self) -> None:
+        """Completed CUDA event pairs, summed per (step, section) once all of that step's pairs
+        of the section completed (never by synchronising)."""
+        waiting = {(step, name) for step, name, _, end in self._pending if not end.query()}
         keep = []
+        sums: dict[tuple[int, str], list[float]] = {}
         for step, name, start, end in self._pending:
-            if end.query():
-                self._buf.append((step, name, start.elapsed_time(end) / 1000.0, 0.0))
-            else:
+            if (step, name) in waiting:
                 keep.append((step, name, start, end))
+                continue
+            acc = sums.setdefault((step, name), [0.0, 0.0])
+            acc[0] += start.elapsed_time(end) / 1000.0
+            acc[1] += 1
+        for (step, name), (secs, calls) in sums.items():
+            self._buf.append((step, name, secs, 0.0, int(calls)))
         self._pending = keep
 
     def flush(self) -> None:
@@ -186,6 +251,13 @@ class StepTimer:
         self._steps = 0
 
     def close(self) -> None:
+        if self.in_step:  # a step cut short (exception, interrupted run): not a step time
+            for sec in self._used:
+                sec.total, sec.calls = 0.0, 0
+            self._used.clear()
+            self.unfinished += 1
+        elif self._used:
+            self._emit_sections()
         if self._pending:
             for _, _, _, end in self._pending:
                 end.synchronize()
@@ -207,4 +279,4 @@ def _cuda_event_factory() -> Callable[[], Any] | None:
         return None
     if not torch.cuda.is_available():
         return None
-    return lambda: torch.cuda.Event(enable_timing=True)
+    return lambda: torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call, unused-ignore]
