@@ -198,6 +198,13 @@ def main() -> None:
             shutil.move(str(work / "data"), a.keep)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    _report(a, sims, evals, base_w, base_r, loads, info, per, in_run)
+
+
+def _report(a: argparse.Namespace, sims: list[Measure], evals: list[Measure], base_w: list[float],
+            base_r: list[float], loads: list[float], info: str, per: dict[str, list[Measure]],
+            in_run: dict[str, list[float]]) -> None:
+    """The figures side by side with the plain-loop baselines of the same run, as ratios."""
     sw, sc, sp = _med(sims)
     ew, ec, ep = _med(evals)
     bw, br = statistics.median(base_w), statistics.median(base_r)

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minutiae.scoring.truth import TruthEvent
+from minutiae.sim.world.faults import draw_faults, drop_while_down
 from minutiae.sim.world.fleet import Fleet, build_fleet
-from minutiae.sim.world.profile import FaultSpec, Profile
+from minutiae.sim.world.profile import Profile
 
 REBOOT_S = 300.0           # a reboot: node down this long, then the kernel boots
 TICK_S = 300.0             # scheduler tick
@@ -56,90 +57,6 @@ class Plan:
 
     def faults_on(self, node: str) -> list[TruthEvent]:
         return [t for t in self.truth if t.node == node]
-
-
-def _exposure(spec: FaultSpec, gpus: int, days: float) -> float:
-    if spec.unit in ("per_1000_gpu_days", "per_1000_port_days"):
-        return spec.rate / 1000.0 * gpus * days
-    return spec.rate / 1000.0 * days
-
-
-def _duration(spec: FaultSpec, rng: np.random.Generator) -> float | None:
-    rng_pair = spec.duration_s or (
-        (spec.repair_hours[0] * 3600, spec.repair_hours[1] * 3600) if spec.repair_hours else None)
-    if rng_pair is None:
-        return None
-    return float(rng.uniform(*rng_pair))
-
-
-def _draw_faults(profile: Profile, fleet: Fleet, start: float, end: float,
-                 rng: np.random.Generator) -> tuple[list[TruthEvent], set[str]]:
-    days = (end - start) / 86400.0
-    g = fleet.gpus_per_node
-    n = len(fleet.nodes)
-    out: list[TruthEvent] = []
-    lemons: set[str] = set()
-    specs = [f for f in profile.faults if f.harmful]
-    for spec in specs:
-        if spec.unit != "fraction_of_nodes":
-            continue
-        chosen = np.flatnonzero(rng.random(n) < spec.rate)
-        for i in chosen:
-            node = fleet.nodes[int(i)].name
-            if spec.cls == "lemon_node":
-                lemons.add(node)
-            out.append(TruthEvent(
-                id="", cls=spec.cls, node=node, component=None, start=start, end=end,
-                severity=spec.severity, expect_drain=spec.expect_drain, signature=spec.signature,
-                details={"slowdown": round(float(rng.uniform(*spec.slowdown)), 4)}
-                if spec.slowdown[1] > 0 else {"multiplier": spec.multiplier}))
-    lemon_mult = next((s.multiplier for s in specs if s.cls == "lemon_node"), 1.0)
-    lemon_mask = np.array([nd.name in lemons for nd in fleet.nodes])
-    for spec in specs:
-        if spec.unit == "fraction_of_nodes":
-            continue
-        lam = np.full(n, _exposure(spec, g, days))
-        if spec.crash and spec.expect_drain:
-            lam = np.where(lemon_mask, lam * lemon_mult, lam)
-        counts = rng.poisson(lam)
-        for i in np.flatnonzero(counts):
-            node = fleet.nodes[int(i)].name
-            for _ in range(int(counts[i])):
-                t0 = float(rng.uniform(start, end))
-                dur = _duration(spec, rng)
-                gpu = int(rng.integers(g))
-                details: dict[str, object] = {"gpu": gpu}
-                if spec.slowdown[1] > 0:
-                    details["slowdown"] = round(float(rng.uniform(*spec.slowdown)), 4)
-                if spec.crash:
-                    details["crash"] = True
-                if node in lemons and spec.crash and spec.expect_drain:
-                    details["lemon"] = True
-                comp = f"ib:{gpu}" if spec.cls.startswith("ib_") else f"gpu:{gpu}"
-                if spec.cls in ("mce_corrected", "edac_ue", "oom_kill", "hung_task", "nfs_timeout",
-                                "fail_slow"):
-                    comp = "host"
-                out.append(TruthEvent(
-                    id="", cls=spec.cls, node=node, component=comp, start=t0,
-                    end=min(end, t0 + dur) if dur is not None else end, severity=spec.severity,
-                    expect_drain=spec.expect_drain, signature=spec.signature, details=details))
-    return out, lemons
-
-
-def _drop_while_down(events: list[TruthEvent]) -> list[TruthEvent]:
-    """A node that is down (repairing after a crash) cannot fail again until it is back."""
-    keep: list[TruthEvent] = []
-    down: dict[str, float] = {}
-    for ev in sorted(events, key=lambda e: (e.start, e.cls)):
-        if ev.node is None or ev.component is None:   # whole-span records (lemons, stragglers)
-            keep.append(ev)
-            continue
-        if ev.start < down.get(ev.node, -1.0):
-            continue
-        keep.append(ev)
-        if ev.details.get("crash") and ev.expect_drain:
-            down[ev.node] = ev.end
-    return keep
 
 
 def _schedule(profile: Profile, fleet: Fleet, start: float, end: float, downs: dict[str, list[tuple[float, float]]],
@@ -210,17 +127,10 @@ def _job_at(jobs_by_node: dict[str, list[Job]], node: str, t: float) -> Job | No
     return None
 
 
-def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, seed: int,
-              start: float) -> Plan:
-    rng = np.random.default_rng(seed)
-    end = start + days * 86400.0
-    fleet = build_fleet(profile, n_nodes, gpus_per_node, start, rng)
-    faults, _lemons = _draw_faults(profile, fleet, start, end, rng)
-    faults = _drop_while_down(faults)
-    settle = float(profile.sampling.get("boot_settle_s", 180))
-    maint: list[Maintenance] = []
-    benign: list[TruthEvent] = []
-    reboot_spec = next((f for f in profile.faults if f.cls == "planned_reboot"), None)
+def _outages(faults: list[TruthEvent]) -> tuple[dict[str, list[float]], dict[str, list[tuple[float, float]]],
+                                                dict[str, list[float]]]:
+    """Per node from the faults: planned reboots (a degraded PCIe link is fixed by one), down
+    intervals (a crash that needs a drain) and crash times."""
     planned: dict[str, list[float]] = {}
     downs: dict[str, list[tuple[float, float]]] = {}
     crashes: dict[str, list[float]] = {}
@@ -231,6 +141,19 @@ def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, s
                 downs.setdefault(ev.node, []).append((ev.start, ev.end))
         if ev.cls == "pcie_degraded" and ev.node:
             planned.setdefault(ev.node, []).append(ev.start - REBOOT_S)
+    return planned, downs, crashes
+
+
+def _planned_reboots(profile: Profile, fleet: Fleet, start: float, end: float, planned: dict[str, list[float]],
+                     downs: dict[str, list[tuple[float, float]]], rng: np.random.Generator
+                     ) -> tuple[list[Maintenance], list[TruthEvent]]:
+    """The planned reboots (drawn, plus those in ``planned``; none while a node is down): the
+    maintenance windows and their must-not-alarm truth. ``planned`` and ``downs`` are updated."""
+    days = (end - start) / 86400.0
+    settle = float(profile.sampling.get("boot_settle_s", 180))
+    reboot_spec = next((f for f in profile.faults if f.cls == "planned_reboot"), None)
+    maint: list[Maintenance] = []
+    benign: list[TruthEvent] = []
     if reboot_spec is not None:
         for nd in fleet.nodes:
             for _ in range(int(rng.poisson(reboot_spec.rate / 1000.0 * days))):
@@ -247,9 +170,11 @@ def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, s
                 end=t + REBOOT_S + settle + 300, severity="info", expect_drain=False,
                 signature=reboot_spec.signature if reboot_spec else ("kern.log",), harmful=False,
                 details={"boot": t + REBOOT_S}))
-    for v in crashes.values():
-        v.sort()
-    jobs = _schedule(profile, fleet, start, end, downs, planned, crashes, rng)
+    return maint, benign
+
+
+def _with_jobs(faults: list[TruthEvent], jobs: list[Job], gpus_per_node: int) -> list[TruthEvent]:
+    """The faults, each with the job that ran on its node when it started (id, GPUs, step)."""
     by_node: dict[str, list[Job]] = {}
     for j in jobs:
         for nm in j.nodes:
@@ -266,14 +191,21 @@ def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, s
                      step_s=round(running.step_s, 4))
         enriched.append(TruthEvent(ev.id, ev.cls, ev.node, ev.component, ev.start, ev.end,
                                    ev.severity, ev.expect_drain, ev.signature, ev.harmful, d))
+    return enriched
+
+
+def _job_benign(profile: Profile, jobs: list[Job], start: float, end: float,
+                rng: np.random.Generator) -> list[TruthEvent]:
+    """The must-not-alarm properties of every job or of the fleet (``per_job``/``per_fleet``)."""
+    out: list[TruthEvent] = []
     for spec in profile.faults:
         if spec.harmful or spec.unit not in ("per_job", "per_fleet") or spec.rate <= 0:
             continue
         if spec.cls == "boot_settle":
             continue                      # one record per boot, added once boots are known
         if spec.unit == "per_fleet":
-            benign.append(TruthEvent("", spec.cls, None, None, start, end, "info", False,
-                                     spec.signature, False, {"scope": "fleet"}))
+            out.append(TruthEvent("", spec.cls, None, None, start, end, "info", False,
+                                  spec.signature, False, {"scope": "fleet"}))
             continue
         for j in jobs:
             if spec.cls == "peermem_teardown":
@@ -281,29 +213,43 @@ def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, s
                     continue
                 hit = [nm for nm in j.nodes if rng.random() < min(1.0, spec.rate)]
                 if hit:
-                    benign.append(TruthEvent("", spec.cls, None, f"job:{j.job_id}", j.end, j.end + 60,
-                                             "info", False, spec.signature, False,
-                                             {"job_id": j.job_id, "nodes": hit}))
+                    out.append(TruthEvent("", spec.cls, None, f"job:{j.job_id}", j.end, j.end + 60,
+                                          "info", False, spec.signature, False,
+                                          {"job_id": j.job_id, "nodes": hit}))
                 continue
-            benign.append(TruthEvent("", spec.cls, None, f"job:{j.job_id}", j.start, j.end, "info",
-                                     False, spec.signature, False,
-                                     {"job_id": j.job_id, "nodes": list(j.nodes)}))
-    for app in _app_xids(profile, fleet, start, end, rng, downs).values():
-        benign.extend(app)
+            out.append(TruthEvent("", spec.cls, None, f"job:{j.job_id}", j.start, j.end, "info",
+                                  False, spec.signature, False,
+                                  {"job_id": j.job_id, "nodes": list(j.nodes)}))
+    return out
+
+
+def _regressions(profile: Profile, fleet: Fleet, end: float) -> list[TruthEvent]:
+    """A rollout with a performance effect: one fleet-wide regression from its first change."""
+    out = []
     for ro in profile.rollouts:
         if not ro.effect:
             continue
         first = min((c.time for c in fleet.changes if c.attr == ro.attr and c.new == ro.new), default=None)
         if first is None:
             continue
-        enriched.append(TruthEvent(
+        out.append(TruthEvent(
             "", "perf_regression", None, f"{ro.attr}={ro.new}", first, end, "warning", False,
             ("runs", "timings"), True,
             {"scope": "fleet", "signature": ro.signature, "change": ro.effect, "attr": ro.attr,
              "new": ro.new}))
-    allev = sorted(enriched + benign, key=lambda e: (e.start, e.node or "", e.cls))
-    truth = [TruthEvent(f"f{i:05d}", e.cls, e.node, e.component, e.start, e.end, e.severity,
-                        e.expect_drain, e.signature, e.harmful, e.details) for i, e in enumerate(allev)]
+    return out
+
+
+def _numbered(events: list[TruthEvent]) -> list[TruthEvent]:
+    """In time order, with ids ``f00000`` ... (sorting is stable: equal keys keep their order)."""
+    ordered = sorted(events, key=lambda e: (e.start, e.node or "", e.cls))
+    return [TruthEvent(f"f{i:05d}", e.cls, e.node, e.component, e.start, e.end, e.severity,
+                       e.expect_drain, e.signature, e.harmful, e.details) for i, e in enumerate(ordered)]
+
+
+def _boots(fleet: Fleet, maint: list[Maintenance], truth: list[TruthEvent], start: float, end: float,
+           rng: np.random.Generator) -> dict[str, list[float]]:
+    """Every node's boot times: one before the start, after each planned reboot and repair."""
     boots = {nd.name: [start - float(rng.uniform(86400, 20 * 86400))] for nd in fleet.nodes}
     for m in maint:
         boots[m.node].append(m.time + REBOOT_S)
@@ -312,16 +258,44 @@ def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, s
             boots[ev.node].append(ev.end)
     for v in boots.values():
         v.sort()
-    settle_spec = next((f for f in profile.faults if f.cls == "boot_settle" and f.rate > 0), None)
-    if settle_spec is not None:
-        extra = [TruthEvent("", "boot_settle", node, "host", b, b + settle + 120.0, "info", False,
-                            settle_spec.signature, False, {"boot": b})
-                 for node, bs in boots.items() for b in bs if start <= b < end]
-        n0 = len(truth)
-        truth = sorted(truth + extra, key=lambda e: (e.start, e.node or "", e.cls))
-        truth = [TruthEvent(f"f{i:05d}", e.cls, e.node, e.component, e.start, e.end, e.severity,
-                            e.expect_drain, e.signature, e.harmful, e.details)
-                 for i, e in enumerate(truth)] if len(truth) != n0 else truth
+    return boots
+
+
+def _with_boot_settle(profile: Profile, truth: list[TruthEvent], boots: dict[str, list[float]],
+                      start: float, end: float) -> list[TruthEvent]:
+    """The truth with one must-not-alarm ``boot_settle`` record per boot inside the span."""
+    settle = float(profile.sampling.get("boot_settle_s", 180))
+    spec = next((f for f in profile.faults if f.cls == "boot_settle" and f.rate > 0), None)
+    if spec is None:
+        return truth
+    extra = [TruthEvent("", "boot_settle", node, "host", b, b + settle + 120.0, "info", False,
+                        spec.signature, False, {"boot": b})
+             for node, bs in boots.items() for b in bs if start <= b < end]
+    return _numbered(truth + extra) if extra else truth
+
+
+def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, seed: int,
+              start: float) -> Plan:
+    """The whole simulation, drawn from one seed: fleet, faults, reboots, jobs, truth, boots
+    (the draws happen in this order, so a seed always gives the same plan)."""
+    rng = np.random.default_rng(seed)
+    end = start + days * 86400.0
+    fleet = build_fleet(profile, n_nodes, gpus_per_node, start, rng)
+    faults, _lemons = draw_faults(profile, fleet, start, end, rng)
+    faults = drop_while_down(faults)
+    planned, downs, crashes = _outages(faults)
+    maint, benign = _planned_reboots(profile, fleet, start, end, planned, downs, rng)
+    for v in crashes.values():
+        v.sort()
+    jobs = _schedule(profile, fleet, start, end, downs, planned, crashes, rng)
+    enriched = _with_jobs(faults, jobs, gpus_per_node)
+    benign += _job_benign(profile, jobs, start, end, rng)
+    for app in _app_xids(profile, fleet, start, end, rng, downs).values():
+        benign.extend(app)
+    enriched += _regressions(profile, fleet, end)
+    truth = _numbered(enriched + benign)
+    boots = _boots(fleet, maint, truth, start, end, rng)
+    truth = _with_boot_settle(profile, truth, boots, start, end)
     maint.sort(key=lambda m: (m.time, m.node))
     return Plan(profile, fleet, start, end, seed, truth, maint, jobs, boots)
 

@@ -194,18 +194,7 @@ def synth_fleet(cfg: FleetConfig) -> SynthFleet:
     records: list[RunRecord] = []
     for j in order:
         kj = int(k[j])
-        attrs: dict[str, frozenset[str]] = {}
-        for a in BASE_VERSIONS:
-            if a in attr_names:
-                r = attr_names.index(a)
-                on = exposed[r, j, :kj]
-                vals = {NEW_VERSIONS[a]} if on.all() else ({BASE_VERSIONS[a]} if not on.any()
-                                                            else {BASE_VERSIONS[a], NEW_VERSIONS[a]})
-            else:
-                vals = {base_attrs[a]}
-            attrs[a] = frozenset(vals)
-        if missing[j]:
-            attrs["driver"] = frozenset()
+        attrs = _versions(attr_names, exposed[:, j, :kj], bool(missing[j]))
         records.append(RunRecord(
             run_id=str(run_id[j]), time=float(times[j]), signature=sigs[sig_of[j]],
             value=float(math.exp(y[j])), nodes=tuple(names[i] for i in perm[j, :kj]), attrs=attrs,
@@ -218,14 +207,38 @@ def synth_fleet(cfg: FleetConfig) -> SynthFleet:
     truth = tuple(TrueRollout(s.attr, BASE_VERSIONS[s.attr], NEW_VERSIONS[s.attr], s.effect,
                               frozenset(names[i] for i in range(n) if np.isfinite(when[r, i])))
                   for r, s in enumerate(specs))
+    return SynthFleet(tuple(records), changes, {nm: dict(base_attrs) for nm in names}, truth,
+                      _first_after(code, records, sigs),
+                      {names[i]: float(o) for i, o in zip(slow, slow_on, strict=True)}, end)
+
+
+def _versions(attr_names: list[str], exposed: np.ndarray, missing: bool) -> dict[str, frozenset[str]]:
+    """A run's software versions: an attribute a rollout changes is the new version when all of
+    the run's nodes had it (``exposed``: rollouts x the run's nodes), the old when none did, both
+    when some did; ``missing``: the run did not record its driver."""
+    attrs: dict[str, frozenset[str]] = {}
+    for a in BASE_VERSIONS:
+        if a in attr_names:
+            on = exposed[attr_names.index(a)]
+            vals = {NEW_VERSIONS[a]} if on.all() else ({BASE_VERSIONS[a]} if not on.any()
+                                                        else {BASE_VERSIONS[a], NEW_VERSIONS[a]})
+        else:
+            vals = {BASE_VERSIONS[a]}
+        attrs[a] = frozenset(vals)
+    if missing:
+        attrs["driver"] = frozenset()
+    return attrs
+
+
+def _first_after(code: list[tuple[int, float, float]], records: list[RunRecord],
+                 sigs: list[str]) -> tuple[TrueCodeChange, ...]:
+    """Each code regression's true first run: the signature's first run at or after it."""
     first_after = {}
     for si, at, size in code:
         ids = [rec for rec in records if rec.signature == sigs[si] and rec.time >= at]
         if ids:
             first_after[(si, at)] = TrueCodeChange(sigs[si], min(ids, key=lambda r: r.time).run_id, size)
-    return SynthFleet(tuple(records), changes, {nm: dict(base_attrs) for nm in names}, truth,
-                      tuple(first_after.values()), {names[i]: float(o) for i, o in zip(slow, slow_on, strict=True)},
-                      end)
+    return tuple(first_after.values())
 
 
 def _mess(rng: np.random.Generator, records: list[RunRecord], cfg: FleetConfig) -> list[RunRecord]:
