@@ -1,2 +1,3 @@
 """Fleet simulator: fleet + fault model (TOML profile) + emitters in real formats + ground truth,
-and the scoring of detectors against that truth (``score``, ``evaluate``)."""
+and the evaluation of the detectors against that truth (``eval``; the scoring itself is
+``minutiae.scoring``)."""
