@@ -35,9 +35,8 @@ def _read(cache_dir: Path) -> dict[str, Any]:
         doc = json.loads(data) if len(data) <= MAX_BYTES else None
     except (OSError, ValueError):
         return {}
-    if not isinstance(doc, dict) or doc.get("version") != VERSION or not isinstance(doc.get("files"), dict):
-        return {}
-    return doc["files"]
+    files = doc.get("files") if isinstance(doc, dict) and doc.get("version") == VERSION else None
+    return files if isinstance(files, dict) else {}
 
 
 def load_cached(path: Path, cache_dir: Path, code: Sequence[Path] = ()) -> dict[str, Any] | None:
