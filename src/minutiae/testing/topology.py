@@ -5,9 +5,13 @@ of R535+ drivers: tab-separated, ``NIC#`` columns resolved by a ``NIC Legend``).
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from minutiae.analyses.topology.plan import BindingPlan
+from minutiae.analyses.topology.render import PlanFormat, render
 from minutiae.model.topology import (
     Gpu,
     Nic,
@@ -17,6 +21,8 @@ from minutiae.model.topology import (
     Nvme,
     PathType,
     format_cpulist,
+    parse_cpulist,
+    parse_hexmask,
 )
 
 
@@ -199,3 +205,133 @@ def render_topo_matrix(t: NodeTopology, nic_columns: bool = True) -> str:
 
 def with_facts(t: NodeTopology, **facts: str) -> NodeTopology:
     return replace(t, facts={**t.facts, **facts})
+
+
+# --- decoding every plan format back to a binding (what its consumer would apply) -----------
+
+NET = ("NCCL_IB_HCA", "UCX_NET_DEVICES", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA",
+       "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME")
+
+
+@dataclass(frozen=True)
+class Bound:
+    cpus: tuple[int, ...] | None
+    mems: tuple[int, ...] | None  # None: this format cannot bind memory
+    gpu: int
+    net: tuple[tuple[str, str], ...]
+
+
+def _bound(env: dict[str, str], rank: int, cpus: tuple[int, ...] | None,
+           mems: tuple[int, ...] | None) -> Bound:
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    gpu = int(env["CUDA_VISIBLE_DEVICES"].split(",")[rank])
+    return Bound(cpus, mems, gpu, tuple(sorted((k, v) for k, v in env.items() if k in NET)))
+
+
+def _assignments(words: list[str]) -> dict[str, str]:
+    return dict(w.split("=", 1) for w in words if re.match(r"^[A-Z_][A-Z0-9_]*=", w))
+
+
+def _numactl(words: list[str]) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
+    cpus = next((parse_cpulist(w.split("=", 1)[1]) for w in words if w.startswith("--physcpubind=")), None)
+    mems = next((tuple(map(int, w.split("=", 1)[1].split(","))) for w in words
+                 if w.startswith("--membind=")), ())
+    return cpus, mems
+
+
+def _case_bodies(text: str) -> dict[int, str]:
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"(?m)^\s*(\d+)\) (.*?) ;;$", text)}
+
+
+def decode_exports(text: str, n: int) -> list[Bound]:
+    glob = _assignments([ln[7:] for ln in text.splitlines() if ln.startswith("export ")])
+    out = []
+    for r, body in sorted(_case_bodies(text).items()):
+        env = {**glob, **_assignments([w for w in shlex.split(body.replace(";", " ")) if w != "export"])}
+        cpus = parse_cpulist(env["MINUTIAE_CPUS"]) if "MINUTIAE_CPUS" in env else None
+        mems = tuple(map(int, env["MINUTIAE_MEMS"].split(","))) if "MINUTIAE_MEMS" in env else ()
+        out.append(_bound(env, r, cpus, mems))
+    assert len(out) == n
+    return out
+
+
+def decode_launchers(text: str, tool: str) -> list[Bound]:
+    out = []
+    for ln in text.splitlines():
+        if not ln.endswith(" &"):
+            continue
+        words = shlex.split(ln[:-2])
+        env = _assignments(words[words.index("env") + 1:])
+        if tool == "numactl":
+            cpus, mems = _numactl(words[:words.index("env")]) if words[0] == "numactl" else (None, ())
+            out.append(_bound(env, int(env["LOCAL_RANK"]), cpus, mems))
+        else:
+            cpus = parse_cpulist(words[2]) if words[0] == "taskset" else None
+            out.append(_bound(env, int(env["LOCAL_RANK"]), cpus, None))
+    return out
+
+
+def decode_slurm(text: str, n: int) -> list[Bound]:
+    line = next(ln for ln in text.splitlines() if ln.startswith("srun "))
+    words = shlex.split(line)
+    opt = {w.split("=", 1)[0]: w.split("=", 1)[1] for w in words if w.startswith("--")}
+    assert opt["--gpu-bind"] == "none" and int(opt["--ntasks-per-node"]) == n
+    assert "0x0," not in opt["--cpu-bind"] + "," and not opt["--cpu-bind"].endswith(":")
+    env = _assignments(words[words.index("env") + 1:])
+    bodies = _case_bodies(words[words.index("-c") + 1].replace(";; ", " ;;\n").replace(" in ", " in\n"))\
+        if "-c" in words else {}
+    out = []
+    for r in range(n):
+        cpus: tuple[int, ...] | None = None
+        mems: tuple[int, ...] = ()
+        if opt["--cpu-bind"].startswith("mask_cpu:"):
+            cpus = parse_hexmask(opt["--cpu-bind"].split(":", 1)[1].split(",")[r])
+        if opt["--mem-bind"].startswith("map_mem:"):
+            mems = (int(opt["--mem-bind"].split(":", 1)[1].split(",")[r]),)
+        own = dict(env)
+        if r in bodies:
+            bw = shlex.split(bodies[r].replace(";", " "))
+            own.update(_assignments(bw))
+            if "numactl" in bw:
+                cpus, mems = _numactl(bw)
+        out.append(_bound(own, r, cpus, mems))
+    return out
+
+
+def decode_torchrun(text: str, n: int) -> list[Bound]:
+    glob = _assignments([ln[7:] for ln in text.splitlines() if ln.startswith("export ")])
+    out = []
+    for r, body in sorted(_case_bodies(text).items()):
+        env = {**glob, **_assignments([w for w in shlex.split(body.replace(";", " ")) if w != "export"])}
+        cpus = parse_cpulist(env["CPUS"]) if env.get("CPUS") else None
+        mems = tuple(map(int, env["MEMS"].split(","))) if env.get("MEMS") else ()
+        out.append(_bound(env, r, cpus, mems))
+    assert len(out) == n
+    return out
+
+
+def decoded(plan: BindingPlan) -> dict[str, list[Bound]]:
+    n = len(plan.ranks)
+    return {"exports": decode_exports(render(plan, PlanFormat.EXPORTS), n),
+            "numactl": decode_launchers(render(plan, PlanFormat.NUMACTL), "numactl"),
+            "taskset": decode_launchers(render(plan, PlanFormat.TASKSET), "taskset"),
+            "slurm": decode_slurm(render(plan, PlanFormat.SLURM), n),
+            "torchrun": decode_torchrun(render(plan, PlanFormat.TORCHRUN), n)}
+
+
+def truth(plan: BindingPlan) -> list[Bound]:
+    return [_bound(plan.rank_env(r), r.local_rank, r.cpus, r.mems) for r in plan.ranks]
+
+
+def assert_all_formats_agree(plan: BindingPlan) -> None:
+    want = truth(plan)
+    for fmt, got in decoded(plan).items():
+        if fmt == "taskset":  # taskset cannot bind memory; the script says so
+            assert [Bound(b.cpus, None, b.gpu, b.net) for b in want] == got, fmt
+            if any(r.mems for r in plan.ranks):
+                assert "memory is NOT bound" in render(plan, PlanFormat.TASKSET)
+        else:
+            assert want == got, fmt
+    for b in want:  # never an empty mask, never a column label as a device
+        assert b.cpus is None or b.cpus
+        assert not re.search(r"\bNIC\d+\b", " ".join(v for _, v in b.net))

@@ -176,7 +176,8 @@ def _kind_transport(nics: list[Nic]) -> Transport:
     return Transport.IB if rdma else Transport.UNKNOWN
 
 
-def _local_nics(pl: GpuPlacement, t: NodeTopology, warnings: list[str]) -> tuple[str, ...]:
+def _local_nics(pl: GpuPlacement, t: NodeTopology, warnings: list[str],
+                unnamed: list[str]) -> tuple[str, ...]:
     """The GPU's nearest NICs within PXB that have a device name (never a PCI id or a column
     label); warnings say why a GPU has none."""
     if not pl.nearest_nics:
@@ -187,9 +188,9 @@ def _local_nics(pl: GpuPlacement, t: NodeTopology, warnings: list[str]) -> tuple
                         "of this GPU is listed for NCCL")
         return ()
     named = tuple(x for x in pl.nearest_nics if not _PCI_NAME.match(x) and not _label(x, t))
-    if not named:
-        warnings.append(f"GPU{pl.gpu.index}: nearest NIC(s) {', '.join(pl.nearest_nics)} have no "
-                        "RDMA device name in this source; NCCL_IB_HCA/UCX_NET_DEVICES left out")
+    if not named:  # said only when the transport needs names (IB/RoCE; aws-ofi-nccl does not)
+        unnamed.append(f"GPU{pl.gpu.index}: nearest NIC(s) {', '.join(pl.nearest_nics)} have no "
+                       "RDMA device name in this source; NCCL_IB_HCA/UCX_NET_DEVICES left out")
     return named
 
 
@@ -245,9 +246,13 @@ def make_plan(t: NodeTopology, ranks: int | None = None, reserved: tuple[int, ..
     warnings: list[str] = []
     chosen = list(placements[:n])
     cpus_of = _cpus(chosen, res, warnings)
-    nics_of = [_local_nics(pl, t, warnings) for pl in chosen]
+    unnamed: list[str] = []
+    nics_of = [_local_nics(pl, t, warnings, unnamed) for pl in chosen]
     union = tuple(sorted({x for ns in nics_of for x in ns}))
-    tr = _transport(t, set(union), transport, warnings)
+    local = {x for pl in chosen if pl.gdr_local for x in pl.nearest_nics}
+    tr = _transport(t, set(union) or local, transport, warnings)
+    if tr is Transport.IB:
+        warnings += unnamed
     gpus = ",".join(str(pl.gpu.index) for pl in chosen)
     env = [("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("CUDA_VISIBLE_DEVICES", gpus)]
     if not per_rank_nics or tr is not Transport.IB:
