@@ -25,8 +25,9 @@ Model of one rank's compute time at step t (log scale, every term optional per w
   time plus a tiny own part), as per-rank wall-clock loggers do;
 - ``ring``: sections ``forward-backward`` and ``allreduce``; a slow link in the ring makes every
   rank's all-reduce slower from its onset.
-Faults: ``gpu`` (one rank slower from ``start``), ``node`` (all ranks of a node), with the node
-named after the allocation in force at ``start``.
+Faults: ``gpu`` (one rank slower from ``start`` until a restart moves the rank off that GPU),
+``node`` (all ranks on that node from ``start``: the node named in the allocation in force at
+``start``).
 """
 
 from __future__ import annotations
@@ -155,8 +156,9 @@ def compute_log(w: World) -> np.ndarray:
     alloc = allocations(w)
     seg = segment_of(w)
     for f in w.faults:
-        if f.kind == "gpu":
-            logx[f.start:, f.target] += np.log1p(f.size)
+        if f.kind == "gpu":  # the physical GPU: its rank leaves it at the next restart
+            end = next((r for r in w.restarts if r > f.start), w.steps)
+            logx[f.start:end, f.target] += np.log1p(f.size)
             continue
         node_name = _node_at(alloc, seg, f)
         for t0, t1, j in _segments(w):
@@ -280,6 +282,8 @@ def faulty(seed: int) -> list[World]:
         World("node+8%_from0", seed, faults=(Fault("node", node, 0.08, 0),), **kw),
         World("node+5%_after_restart", seed, restarts=(150,),
               faults=(Fault("node", node, 0.05, 170),), **kw),
+        World("gpu+10%_before_restart", seed, restarts=(150,),
+              faults=(Fault("gpu", r, 0.10, start),), **kw),
         World("wait_total_gpu+10%", seed, wait_total=True,
               faults=(Fault("gpu", r, 0.10, start),), dp=16),
         World("ring_link+30%", seed, ring=True, ring_onset=start, dp=16),

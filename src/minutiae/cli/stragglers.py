@@ -16,12 +16,11 @@ from minutiae.clock import SystemClock
 
 if TYPE_CHECKING:
     from minutiae.analyses.stragglers.analysis import Options
-    from minutiae.analyses.stragglers.prep import TimingMatrix
     from minutiae.analyses.stragglers.types import StragglerReport
 
 
-def _load(paths: list[Path], fleet: Path | None) -> tuple[TimingMatrix, str]:
-    from minutiae.analyses.stragglers.prep import prepare
+def _load(paths: list[Path], fleet: Path | None,
+          ) -> tuple[pl.DataFrame, str, dict[str, str] | None]:
     from minutiae.analyses.stragglers.read import find_fleet, fleet_leaves, read_timings
 
     df, notes = read_timings(paths)
@@ -30,7 +29,7 @@ def _load(paths: list[Path], fleet: Path | None) -> tuple[TimingMatrix, str]:
     where = ", ".join(str(p) for p in paths)
     fleet = fleet or find_fleet(paths)
     leaves = fleet_leaves(fleet) if fleet else None
-    return prepare(df, where, leaves), where
+    return df, where, leaves
 
 
 def _table(report: StragglerReport) -> None:
@@ -87,7 +86,8 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
             min_slowdown: float) -> int:
     """Find the slow GPU, node or link of a synchronous job from per-rank step timings
     (CSV/Parquet step,rank,seconds[,node,gpu,stage,section] or a Megatron-LM log)."""
-    from minutiae.analyses.stragglers.analysis import Options, analyse
+    from minutiae.analyses.stragglers.analysis import Options
+    from minutiae.analyses.stragglers.runs import analyse_runs
     from minutiae.errors import ConfigError
 
     if warmup < 3 or false_alarms <= 0:
@@ -99,8 +99,8 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
                       min_slowdown=min_slowdown)
     if follow:
         return _follow(list(files), fleet, options, as_json, idle_exit, poll)
-    matrix, where = _load(list(files), fleet)
-    report = analyse(matrix, options, where)
+    df, where, leaves = _load(list(files), fleet)
+    report = analyse_runs(df, where, leaves, options)
     if as_json:
         click.echo(json.dumps(report.to_json()))
     else:

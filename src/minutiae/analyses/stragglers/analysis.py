@@ -42,7 +42,7 @@ from minutiae.analyses.stragglers.floor import (
 from minutiae.analyses.stragglers.jobseries import JobSeries, wait_included
 from minutiae.analyses.stragglers.locate import RankMeta, locate
 from minutiae.analyses.stragglers.medians import fast_median
-from minutiae.analyses.stragglers.moving import split_moving
+from minutiae.analyses.stragglers.moving import split_moving, still_slow
 from minutiae.analyses.stragglers.nodes import NodeLayout
 from minutiae.analyses.stragglers.peers import PeerReference
 from minutiae.analyses.stragglers.prep import TimingMatrix, log_times
@@ -278,10 +278,14 @@ class StragglerAnalysis:
                           self.comm.alarms() if self.comm is not None else None, self.basis,
                           (comp_share, comm_share), n, nodes)
         first = int(steps[0]) if steps.size else 0
-        suspects, below = above_floor(suspects, self.options.min_slowdown, first,
-                                      self.options.warmup, spread(self.compute))
         index = {int(r): i for i, r in enumerate(self.meta.ranks.tolist())}
-        suspects, workload = split_moving(suspects, self.compute.recent_rows(), index)
+        rows = self.compute.recent_rows()
+        # moving first: a recovered hot spot is evidence of the pattern, whatever its size
+        suspects, workload = split_moving(suspects, rows, index, steps,
+                                          self.options.min_slowdown)
+        suspects, below = above_floor(suspects, self.options.min_slowdown, first,
+                                      self.options.warmup, spread(self.compute),
+                                      still_slow(rows, index))
         listed = slowest(self.meta, self.compute, comp_share, n,
                          {r for s in suspects for r in s.ranks}, self.rho)
         stopped = []

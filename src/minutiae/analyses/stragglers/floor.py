@@ -11,6 +11,8 @@ every step tested, with what they cost the job, for the replace-or-not question.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from minutiae.analyses.stragglers.detect import SeriesDetector
@@ -23,6 +25,9 @@ KEEP_SHARE = 0.8
 SLOWEST_LISTED = 10
 #: spreads of the job's GPU-to-GPU offsets an offset present from the start must reach
 SPREAD_Z = 4.0
+#: suspects below NEAR floors must still be slower by STILL_SHARE of the floor at the end
+NEAR = 2.0
+STILL_SHARE = 0.5
 
 
 def spread(det: SeriesDetector) -> float:
@@ -34,12 +39,16 @@ def spread(det: SeriesDetector) -> float:
 
 
 def above_floor(suspects: list[Suspect], floor: float, first_step: int, warmup: int,
-                job_spread: float) -> tuple[list[Suspect], int]:
+                job_spread: float, still: Callable[[Suspect], float] | None = None,
+                ) -> tuple[list[Suspect], int]:
     """The suspects that reach the floor, and how many alarms did not. A slowdown present
     since the data starts (``since_step`` within the warm-up) is also judged against the job's
     own GPU-to-GPU spread: it must reach ``SPREAD_Z`` spreads (a 1 % lottery puts 1 GPU in 750
     beyond 3 %; beyond 4 spreads, 1 in 30,000), so the lottery's tail is listed, not blamed,
-    while a node or GPU slow from step 0 by more than that is found."""
+    while a node or GPU slow from step 0 by more than that is found. A suspect within
+    ``NEAR`` floors must still be slow: ``still(s)`` (its mean log-ratio over its last steps)
+    at least ``STILL_SHARE`` of the floor. A wandering GPU (AR(1), phi 0.9-0.97) drifts to the
+    floor for tens of steps and back; a faulty one stays."""
     if floor <= 0:
         return suspects, 0
 
@@ -47,6 +56,9 @@ def above_floor(suspects: list[Suspect], floor: float, first_step: int, warmup: 
         need = floor
         if s.since_step <= first_step + warmup:
             need = max(floor, float(np.expm1(SPREAD_Z * job_spread)))
+        if still is not None and s.slowdown < NEAR * need and not (
+                still(s) >= STILL_SHARE * float(np.log1p(floor))):
+            return False
         return s.slowdown >= KEEP_SHARE * need and s.ci_high >= need
 
     keep = [s for s in suspects if ok(s)]

@@ -7,16 +7,19 @@ a suspect whose ranks' mean ratio over their last ``detect.RECENT`` steps is bel
 ``RECOVERED`` of its slowdown has recovered; when at least ``MIN_MOVES`` suspects on different
 ranks recovered, the job's slowness moves and every suspect of that kind that is not
 persistent (slower by at least ``PART`` of its size on ``PERSISTENT`` of the last
-``detect.RECENT`` steps) is reported in one workload-imbalance finding (its ranks, size and
-pattern) instead of hardware. A fault in such a job is a suspect once it has held that long.
+``detect.RECENT`` steps since its onset, and at least ``HOLD`` steps) is reported in one
+workload-imbalance finding (its ranks, size and pattern) instead of hardware. A fault in such
+a job is a suspect once it has held ``HOLD`` steps.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
+from minutiae.analyses.stragglers.floor import KEEP_SHARE
 from minutiae.analyses.stragglers.types import Basis, Scope, Suspect, WorkloadImbalance
 
 RECOVERED = 0.33
@@ -27,10 +30,17 @@ MIN_MOVES = 2
 PERSISTENT = 0.9
 #: ...at a quarter of its size or more
 PART = 0.25
+#: tested steps a slowdown must have lasted to be hardware in a job whose slowness moves
+HOLD = 50
 
 
 def _ratios(rows: np.ndarray, s: Suspect, index: dict[int, int]) -> np.ndarray:
     return rows[:, [index[r] for r in s.ranks]]
+
+
+def still_slow(rows: np.ndarray, index: dict[int, int]) -> Callable[[Suspect], float]:
+    """A suspect's ranks' median mean log-ratio over their last ``LAST`` tested steps."""
+    return lambda s: _now(_ratios(rows, s, index))
 
 
 def _now(rows: np.ndarray) -> float:
@@ -41,7 +51,12 @@ def _now(rows: np.ndarray) -> float:
     return float(np.median(v)) if v.size else float("nan")
 
 
-def _persistent(rows: np.ndarray, size: float) -> bool:
+def _persistent(rows: np.ndarray, size: float, since: int) -> bool:
+    """Slower by ``PART`` of ``size`` on ``PERSISTENT`` of the steps since its onset (the
+    last ``since`` tested steps, at most the window), which are at least ``HOLD``."""
+    if min(since, rows.shape[0]) < HOLD:
+        return False
+    rows = rows[-since:]
     ok = np.isfinite(rows)
     n = ok.sum(axis=0)
     share = np.where(n > 0, ((rows > PART * size) & ok).sum(axis=0) / np.maximum(n, 1), 0.0)
@@ -49,18 +64,26 @@ def _persistent(rows: np.ndarray, size: float) -> bool:
 
 
 def split_moving(suspects: list[Suspect], rows: np.ndarray, index: dict[int, int],
+                 steps: np.ndarray, floor: float,
                  ) -> tuple[list[Suspect], WorkloadImbalance | None]:
     """(hardware suspects, the workload finding or None). ``rows`` are the last tested steps'
-    log-ratios of every rank index (oldest first); ``index`` maps rank ids to indices."""
+    log-ratios of every rank index (oldest first); ``index`` maps rank ids to indices;
+    ``steps`` the steps tested; only alarms of at least ``KEEP_SHARE`` x ``floor`` count (a
+    GPU wandering below the floor is no evidence of moving work)."""
     def eligible(s: Suspect) -> bool:
-        return s.basis is not Basis.COMMUNICATION and s.scope in (Scope.GPU, Scope.NODE)
+        return (s.basis is not Basis.COMMUNICATION and s.scope in (Scope.GPU, Scope.NODE)
+                and s.slowdown >= KEEP_SHARE * floor)
+
+    def since(s: Suspect) -> int:
+        return int(steps.size - np.searchsorted(steps, s.since_step))
 
     gone = [s for s in suspects if eligible(s)
             and _now(_ratios(rows, s, index)) < RECOVERED * np.log1p(s.slowdown)]
     if len({s.rank for s in gone}) < MIN_MOVES:
         return suspects, None
     moving = [s for s in suspects if eligible(s) and (
-        s in gone or not _persistent(_ratios(rows, s, index), float(np.log1p(s.slowdown))))]
+        s in gone or not _persistent(_ratios(rows, s, index), float(np.log1p(s.slowdown)),
+                                     since(s)))]
     keep = [s for s in suspects if s not in moving]
     ranks = sorted({r for s in moving for r in s.ranks})
     size = float(np.median([s.slowdown for s in moving]))

@@ -122,9 +122,10 @@ class Suspect:
     score: float
     job_slowdown: float
     gpu_hours_per_day: float
+    segment: int | None = None  # the run segment (restarts: ``runs.py``); None: one run
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        return {"segment": self.segment,
             "rank": self.rank, "node": self.node, "gpu": self.gpu, "leaf": self.leaf,
             "scope": self.scope.value, "component": self.component, "ranks": list(self.ranks),
             "basis": self.basis.value, "slowdown": _r(self.slowdown),
@@ -244,6 +245,7 @@ class StragglerReport:
     workload: WorkloadImbalance | None = None
     job_level: tuple[JobChange, ...] = ()
     data_limits: tuple[str, ...] = ()
+    segments: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -259,6 +261,7 @@ class StragglerReport:
             "workload": None if self.workload is None else self.workload.to_json(),
             "job_level": [c.to_json() for c in self.job_level],
             "data_limits": list(self.data_limits),
+            "segments": list(self.segments),
         }
 
 
