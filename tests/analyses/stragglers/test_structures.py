@@ -1,0 +1,133 @@
+"""Issue 13: the detector on jobs written by the independent generator (bench/stragglers/
+worlds.py: numpy only, no minutiae code). Every case here failed on the detector before issue 13
+(bench/stragglers/structures_before.txt has the figures)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from minutiae.analyses.stragglers.analysis import Options
+from minutiae.analyses.stragglers.runs import analyse_runs
+from minutiae.analyses.stragglers.types import StragglerReport
+
+_PATH = Path(__file__).resolve().parents[3] / "bench" / "stragglers" / "worlds.py"
+_SPEC = importlib.util.spec_from_file_location("worlds", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None
+worlds = importlib.util.module_from_spec(_SPEC)
+sys.modules["worlds"] = worlds
+_SPEC.loader.exec_module(worlds)
+
+SEEDS = (0, 1)
+
+
+def _world(name: str, seed: int):  # type: ignore[no-untyped-def]
+    return next(w for w in worlds.benign(seed) + worlds.faulty(seed) if w.name == name)
+
+
+def _run(name: str, seed: int, **opts: float) -> tuple[object, StragglerReport]:
+    w = _world(name, seed)
+    return w, analyse_runs(worlds.table(w), name, None, Options(**opts))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_first_and_last_pipeline_stages_heavier_are_structure(seed: int) -> None:
+    # before: 8 node suspects per job (the last stage "~9 % slower since step 0")
+    _, r = _run("pp8_first_last", seed)
+    assert r.suspects == () and r.grouping == "inferred: 8 contiguous stage groups"
+    _, r = _run("pp4_last15_512", seed)  # before: 16 suspects per 512-rank job
+    assert r.suspects == () and "4 contiguous" in r.grouping
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_wandering_gpus_and_the_silicon_lottery_are_not_suspects(seed: int) -> None:
+    _, r = _run("ar1_phi0.97", seed)  # before: 26-42 suspects per 128-rank job
+    assert r.suspects == ()
+    _, r = _run("lottery_0.7pct_1024", seed)  # before: ~96 suspects per 1,024-rank job
+    assert r.suspects == () and r.min_slowdown == 0.03
+    # the persistent offsets are ranked for the replace-or-not question instead
+    assert len(r.slowest) == 10
+    assert all(0 < g.slowdown < 0.03 for g in r.slowest)
+    assert [g.slowdown for g in r.slowest] == sorted((g.slowdown for g in r.slowest), reverse=True)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_moving_hot_expert_is_workload_imbalance_not_hardware(seed: int) -> None:
+    _, r = _run("moe_hot_expert", seed)  # before: 17-32 GPU/node suspects per job
+    assert r.suspects == ()
+    assert r.workload is not None and r.workload.recovered >= 2
+    assert "not a GPU or node fault" in r.workload.pattern
+
+
+def test_sparse_logging_is_not_stopped() -> None:
+    _, r = _run("sparse_logging", 0)  # before: the 64 ranks logging every 10th step "stopped"
+    assert r.stopped == () and r.suspects == ()
+
+
+def test_wait_included_totals_are_said_and_the_job_level_series_kept() -> None:
+    w, r = _run("wait_total_gpu+10%", 0)  # before: exit 0, no warning
+    assert r.data_limits and "include collective waits" in r.data_limits[0]
+    onset = w.faults[0].start
+    step = [c for c in r.job_level if c.series == "step"]
+    assert step and abs(step[0].step - onset) <= 3 and 0.04 < step[0].change < 0.12
+
+
+def test_a_ring_link_slowdown_is_a_job_level_communication_slowdown() -> None:
+    w, r = _run("ring_link+30%", 0)  # before: nothing at all
+    comm = [c for c in r.job_level if c.series == "communication"]
+    assert comm and abs(comm[0].step - w.ring_onset) <= 3 and comm[0].held
+    assert 0.2 < comm[0].change < 0.4 and r.suspects == ()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_restarts_keep_both_runs_and_blame_the_node_the_ranks_are_on(seed: int) -> None:
+    w, r = _run("node+5%_after_restart", seed)
+    assert len(r.segments) == 2 and r.segments[1]["why"] == "step reset"
+    assert not any("duplicate" in x for x in r.warnings)
+    node = worlds.fault_nodes(w)[w.faults[0]]
+    hit = [s for s in r.suspects if s.component == f"node:{node}"]
+    assert hit and hit[0].segment == 1
+    # a GPU slow before the restart: before issue 13 its run was dropped as duplicates
+    w, r = _run("gpu+10%_before_restart", seed)
+    hit = [s for s in r.suspects if s.scope.value == "gpu" and w.faults[0].target in s.ranks]
+    assert hit and hit[0].segment == 0
+    assert hit[0].detected_step - w.faults[0].start + 1 <= 5
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_faults_under_tp_shared_and_ar_noise(seed: int) -> None:
+    w, r = _run("gpu+10%", seed)
+    hit = [s for s in r.suspects if w.faults[0].target in s.ranks]
+    assert hit and hit[0].detected_step - w.faults[0].start + 1 <= 5 and len(r.suspects) == 1
+    w, r = _run("node+5%", seed)
+    node = worlds.fault_nodes(w)[w.faults[0]]
+    assert [s.component for s in r.suspects] == [f"node:{node}"]
+    assert r.suspects[0].detected_step - w.faults[0].start + 1 <= 20
+    w, r = _run("node+8%_from0", seed)
+    assert [s.component for s in r.suspects] == [f"node:{worlds.fault_nodes(w)[w.faults[0]]}"]
+
+
+def test_min_slowdown_zero_shows_what_the_floor_hides() -> None:
+    _, r = _run("lottery_1pct_256", 0, min_slowdown=0.0)
+    assert r.suspects and r.below_floor == 0
+    _, floored = _run("lottery_1pct_256", 0)
+    assert floored.suspects == () and floored.below_floor >= 1
+
+
+def test_cli_min_slowdown_bad_value_exits_3(tmp_path: Path) -> None:
+    from minutiae.cli.main import main
+
+    path = tmp_path / "t.csv"
+    worlds.table(_world("tp_shared", 0)).write_csv(path)
+    assert main(["stragglers", str(path), "--min-slowdown", "3"]) == 3
+    runner = CliRunner()
+    from minutiae.cli.main import cli
+
+    out = runner.invoke(cli, ["stragglers", str(path), "--json"])
+    doc = json.loads(out.output)
+    assert doc["min_slowdown"] == 0.03 and doc["suspects"] == [] and "slowest" in doc
