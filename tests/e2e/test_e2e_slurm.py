@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from e2e_slurm_helpers import drained, node_state, sc, wait_for
 
 from minutiae.testing.serve import ServeProcess
 
@@ -71,23 +72,6 @@ XID79 = {"kind": "xid", "code": 79, "severity": "critical", "action": "reboot",
                  "GPU has fallen off the bus."}
 
 
-def sc(conf: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30,
-                          env={**os.environ, "SLURM_CONF": conf})
-
-
-def node_state(conf: str, node: str) -> tuple[str, str | None]:
-    out = sc(conf, "show", "node", "-o", node).stdout
-    state = re.search(r"\bState=(\S+)", out)
-    reason = re.search(r" Reason=(.*?)(?: \[[^\]]*\])?(?= Comment=| Extra=|$)", out)
-    return (state.group(1) if state else "?"), (reason.group(1).strip() if reason else None)
-
-
-def drained(conf: str, node: str) -> tuple[str, str | None] | None:
-    s = node_state(conf, node)
-    return s if "DRAIN" in s[0] else None
-
-
 @pytest.fixture
 def slurm(slurm_conf):
     """Our 32 nodes back to idle before and after each test."""
@@ -118,16 +102,6 @@ def post(ctl: ServeProcess, node: str, findings=(), rack: str = "r1") -> None:
 
 
 _HTTP = httpx.Client(timeout=10)
-
-
-def wait_for(pred, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def run_agent(ctl: ServeProcess, tmp: Path, node: str, xml: Path) -> subprocess.CompletedProcess:
