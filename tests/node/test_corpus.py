@@ -106,7 +106,7 @@ def _params() -> Iterator[Any]:
                            marks=marks)
 
 
-@pytest.mark.parametrize("case", _params())
+@pytest.mark.parametrize("case", list(_params()))
 def test_corpus_line(case: Case) -> None:
     got = outcomes(case["line"])
     assert got == expected_outcome(case), (
