@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -31,7 +31,6 @@ from minutiae.controller.state import Report
 from minutiae.controller.wire import report_from_json
 from minutiae.errors import DataError, MinutiaeError
 from minutiae.model import Finding
-from minutiae.node.result import status_of
 from minutiae.node.replay import (
     TimedFinding,
     count_signals,
@@ -39,6 +38,7 @@ from minutiae.node.replay import (
     ib_signals,
     log_signals,
 )
+from minutiae.node.result import status_of
 from minutiae.scoring.truth import TruthEvent, parse_truth_lines
 
 DOMAIN_COLUMNS = ("rack", "leaf", "nvl_domain")
@@ -124,6 +124,49 @@ def _jobs(rows: Sequence[Mapping[str, str]], where: str) -> list[NodeEvent]:
     return out
 
 
+@dataclass
+class _Active:
+    """What a node reports at a moment of its replay: its kernel-log findings since boot, its
+    latest IB and log-count findings; ``suppressed``: drain-worthy ones inside maintenance."""
+
+    log: dict[tuple[str, int | None, str | None], Finding] = field(default_factory=dict)
+    ib: tuple[Finding, ...] = ()
+    last_ib: tuple[Finding, ...] = ()
+    counts: tuple[Finding, ...] = ()
+    suppressed: int = 0
+
+    def apply(self, what: int, payload: object, inside: bool) -> bool:
+        """One moment (0 start, 1 boot, 2 log finding, 3 IB findings, 4 a window ends, 5 count
+        findings); False when it falls inside a maintenance window (nothing is reported)."""
+        if what == 1:
+            self.log.clear()
+        elif what == 2:
+            assert isinstance(payload, TimedFinding)
+            if inside:
+                self.suppressed += drains_somewhere([payload.finding])
+                return False
+            self.log[payload.key] = payload.finding
+        elif what == 3:
+            assert isinstance(payload, tuple)
+            self.last_ib = payload
+            if inside:
+                self.suppressed += drains_somewhere(payload)
+                return False
+            self.ib = payload
+        elif what == 4:
+            self.ib = self.last_ib
+        elif what == 5:
+            assert isinstance(payload, tuple)
+            if inside:
+                self.suppressed += drains_somewhere(payload)
+                return False
+            self.counts = payload
+        return not inside
+
+    def current(self) -> tuple[Finding, ...]:
+        return (*self.log.values(), *self.ib, *self.counts)
+
+
 def _node_reports(node: str, logs: list[TimedFinding], boots: list[float],
                   ib: list[tuple[float, tuple[Finding, ...]]], windows: list[Window],
                   start: float, end: float, honour: bool,
@@ -131,11 +174,6 @@ def _node_reports(node: str, logs: list[TimedFinding], boots: list[float],
                   ) -> tuple[list[NodeEvent], int]:
     """REPORT events of one node whenever its active finding set changes (and DOWN/UP)."""
     win = [(w.start, w.end) for w in windows] if honour else []
-
-    def in_window(t: float) -> bool:
-        return any(s <= t < e for s, e in win)
-
-    suppressed = 0
     moments: list[tuple[float, int, object]] = [(start, 0, None)]
     moments += [(b, 1, None) for b in boots]
     moments += [(tf.time, 2, tf) for tf in logs]
@@ -143,47 +181,26 @@ def _node_reports(node: str, logs: list[TimedFinding], boots: list[float],
     moments += [(e, 4, None) for _s, e in win]  # re-evaluate when a window ends
     moments += [(t, 5, fs) for t, fs in counts]
     moments.sort(key=lambda m: (m[0], m[1]))
-    active_log: dict[tuple[str, int | None, str | None], Finding] = {}
-    active_ib: tuple[Finding, ...] = ()
-    last_ib: tuple[Finding, ...] = ()
-    active_counts: tuple[Finding, ...] = ()
+    active = _Active()
     states: list[tuple[float, tuple[Finding, ...]]] = []
     prev_keys: object = None
     for t, what, payload in moments:
         if t > end:
             break
-        if what == 1:
-            active_log.clear()
-        elif what == 2:
-            assert isinstance(payload, TimedFinding)
-            if in_window(t):
-                suppressed += drains_somewhere([payload.finding])
-                continue
-            active_log[payload.key] = payload.finding
-        elif what == 3:
-            assert isinstance(payload, tuple)
-            last_ib = payload
-            if in_window(t):
-                suppressed += drains_somewhere(payload)
-                continue
-            active_ib = payload
-        elif what == 4:
-            active_ib = last_ib
-        elif what == 5:
-            assert isinstance(payload, tuple)
-            if in_window(t):
-                suppressed += drains_somewhere(payload)
-                continue
-            active_counts = payload
-        if in_window(t):
+        if not active.apply(what, payload, any(s <= t < e for s, e in win)):
             continue
-        cur = (*active_log.values(), *active_ib, *active_counts)
+        cur = active.current()
         keys = tuple(sorted((f.kind, f.code, f.pci or f.component or "", f.rule or "") for f in cur))
         if keys != prev_keys:
             prev_keys = keys
             states.append((max(t, start), cur))
-    # stamp each report with the end of the interval it covers (the agent kept reporting);
-    # a maintenance window cuts the interval: the node is silent (stale) inside it
+    return _report_events(node, states, win, end), active.suppressed
+
+
+def _report_events(node: str, states: list[tuple[float, tuple[Finding, ...]]],
+                   win: list[tuple[float, float]], end: float) -> list[NodeEvent]:
+    """Each state as a report stamped with the end of the interval it covers (the agent kept
+    reporting); a maintenance window cuts the interval: the node is silent (stale) inside it."""
     events: list[NodeEvent] = []
     cuts = sorted(s for s, _e in win)
     for i, (t, fs) in enumerate(states):
@@ -196,7 +213,7 @@ def _node_reports(node: str, logs: list[TimedFinding], boots: list[float],
     for s, e in win:
         events.append(NodeEvent(s, node, EventKind.DOWN))
         events.append(NodeEvent(e, node, EventKind.UP))
-    return events, suppressed
+    return events
 
 
 def _load_node(task: tuple[Path, str, tuple[Window, ...], float, float, int, bool]

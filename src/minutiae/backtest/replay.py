@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from minutiae.backtest.history import EventKind, History
+from minutiae.backtest.history import EventKind, History, NodeEvent
 from minutiae.backtest.read import RECORDED
 from minutiae.clock import Clock, ManualClock
 from minutiae.controller.policy import Policy, RuleDo
@@ -31,6 +31,7 @@ from minutiae.controller.state import (
     Decision,
     FleetState,
     NodeView,
+    Plan,
     Report,
     Verb,
 )
@@ -134,6 +135,19 @@ def _policy_view(report: Report | None, policy: Policy) -> Report | None:
     return Report(report.node, report.time, report.status, (), report.unknown)
 
 
+@dataclass
+class _Run:
+    """What a replay accumulates step by step."""
+
+    views: dict[str, NodeView]
+    memory: ControllerMemory = field(default_factory=ControllerMemory)
+    decisions: list[Decision] = field(default_factory=list)
+    drains: list[Drain] = field(default_factory=list)
+    held: Counter[str] = field(default_factory=Counter)
+    hold_checks: Counter[str] = field(default_factory=Counter)
+    alerts: list[tuple[float, str]] = field(default_factory=list)
+
+
 def replay(history: History, policy: Policy, *, step_s: float = 60.0, scheduler: str = "slurm",
            clock: Clock | None = None, fast: bool = True) -> Replay:
     """Replay ``history`` through ``policy`` (see the module docstring).
@@ -149,84 +163,83 @@ def replay(history: History, policy: Policy, *, step_s: float = 60.0, scheduler:
     # listed it, which a recording does not say). A simulated fleet is known from the start, so
     # a node that has not reported yet is silent, as a Slurm controller would count it.
     known_upfront = history.layout != RECORDED
-    views: dict[str, NodeView] = {
-        n: NodeView(n, None, NodeState(n, NodeSchedState.AVAILABLE), history.domains.get(n, {}))
-        for n in history.nodes if known_upfront}
-    memory = ControllerMemory()
+    run = _Run({n: NodeView(n, None, NodeState(n, NodeSchedState.AVAILABLE), history.domains.get(n, {}))
+                for n in history.nodes if known_upfront})
     events = history.events
     i = 0
-    decisions: list[Decision] = []
-    drains: list[Drain] = []
-    held: Counter[str] = Counter()
-    hold_checks: Counter[str] = Counter()
-    alerts: list[tuple[float, str]] = []
     steps = 0
     while now <= history.end:
         due = i < len(events) and events[i].time <= now
-        if fast and not due and not memory.nodes and memory.pause is None:
+        if fast and not due and not run.memory.nodes and run.memory.pause is None:
             # nothing changed and nobody is remembered: reconcile would decide nothing (every
             # node is clean or out of our hands); jump to the next event
             if i >= len(events):
                 break
-            skip = max(1, int((events[i].time - now) // step_s))
-            if isinstance(clk, ManualClock):
-                clk.advance(skip * step_s)
-                now = clk.now()
-            else:  # pragma: no cover
-                now += skip * step_s
+            now = _advance(clk, now, max(1, int((events[i].time - now) // step_s)) * step_s)
             continue
         while i < len(events) and events[i].time <= now:
-            ev = events[i]
+            _apply_event(run, events[i], history, policy, fast)
             i += 1
-            v = views.get(ev.node)
-            if v is None:
-                v = views[ev.node] = NodeView(ev.node, None, NodeState(ev.node, NodeSchedState.AVAILABLE),
-                                              history.domains.get(ev.node, {}))
-            sched = v.sched or NodeState(ev.node, NodeSchedState.AVAILABLE)
-            if ev.kind is EventKind.REPORT:
-                views[ev.node] = replace(v, report=_policy_view(ev.report, policy) if fast else ev.report)
-            elif ev.kind is EventKind.JOBS:
-                views[ev.node] = replace(v, sched=replace(sched, jobs=ev.jobs))
-            elif ev.kind is EventKind.DOWN and sched.state is NodeSchedState.AVAILABLE:
-                views[ev.node] = replace(v, sched=NodeState(ev.node, NodeSchedState.DOWN,
-                                                            reason="planned maintenance", jobs=sched.jobs))
-            elif ev.kind is EventKind.UP and sched.state is NodeSchedState.DOWN and not sched.ours:
-                views[ev.node] = replace(v, sched=NodeState(ev.node, NodeSchedState.AVAILABLE,
-                                                            jobs=sched.jobs))
-        plan = reconcile(FleetState(views, memory, scheduler), policy, now)
-        for text in plan.alerts:
-            alerts.append((now, text))
-        for d in plan.decisions:
-            v = views[d.node]
-            if d.action is Verb.HOLD:
-                held[d.node] += 1
-                if d.new:
-                    decisions.append(d)
-                    hold_checks[d.budget.check.split(":", 1)[0]] += 1
-                continue
-            decisions.append(d)
-            jobs = v.sched.jobs if v.sched is not None else ()
-            if d.action is Verb.DRAIN:
-                kind, code = _finding_for(v, d.rule, policy)
-                drains.append(Drain(d.node, now, d.rule, kind, code, d.reason))
-                views[d.node] = replace(v, sched=NodeState(d.node, NodeSchedState.DRAINED,
-                                                           reason=d.reason, ours=True, jobs=jobs))
-            elif d.action is Verb.RESUME:
-                views[d.node] = replace(v, sched=NodeState(d.node, NodeSchedState.AVAILABLE,
-                                                           jobs=jobs))
-        memory = plan.memory
+        plan = reconcile(FleetState(run.views, run.memory, scheduler), policy, now)
+        _apply_plan(run, plan, policy, now)
         steps += 1
-        if isinstance(clk, ManualClock):
-            clk.advance(step_s)
-            now = clk.now()
-        else:  # pragma: no cover - replay always runs on a ManualClock unless one is injected
-            now += step_s
-    result = Replay(policy.source, history.source, step_s, steps, tuple(decisions), tuple(drains),
-                    dict(held), tuple(alerts), suppressed=history.suppressed,
-                    maintenance_windows=len(history.maintenance), by_hold_check=dict(hold_checks))
+        now = _advance(clk, now, step_s)
+    result = Replay(policy.source, history.source, step_s, steps, tuple(run.decisions), tuple(run.drains),
+                    dict(run.held), tuple(run.alerts), suppressed=history.suppressed,
+                    maintenance_windows=len(history.maintenance), by_hold_check=dict(run.hold_checks))
     if history.truth:
         result = scored(result, history)
     return result
+
+
+def _advance(clk: Clock, now: float, seconds: float) -> float:
+    """The replay's time ``seconds`` later (its own clock moves; an injected one is not touched)."""
+    if isinstance(clk, ManualClock):
+        clk.advance(seconds)
+        return clk.now()
+    return now + seconds  # pragma: no cover - replay always runs on a ManualClock unless one is injected
+
+
+def _apply_event(run: _Run, ev: NodeEvent, history: History, policy: Policy, fast: bool) -> None:
+    """One history event onto the node views (a report, its jobs, planned maintenance)."""
+    v = run.views.get(ev.node)
+    if v is None:
+        v = run.views[ev.node] = NodeView(ev.node, None, NodeState(ev.node, NodeSchedState.AVAILABLE),
+                                          history.domains.get(ev.node, {}))
+    sched = v.sched or NodeState(ev.node, NodeSchedState.AVAILABLE)
+    if ev.kind is EventKind.REPORT:
+        run.views[ev.node] = replace(v, report=_policy_view(ev.report, policy) if fast else ev.report)
+    elif ev.kind is EventKind.JOBS:
+        run.views[ev.node] = replace(v, sched=replace(sched, jobs=ev.jobs))
+    elif ev.kind is EventKind.DOWN and sched.state is NodeSchedState.AVAILABLE:
+        run.views[ev.node] = replace(v, sched=NodeState(ev.node, NodeSchedState.DOWN,
+                                                        reason="planned maintenance", jobs=sched.jobs))
+    elif ev.kind is EventKind.UP and sched.state is NodeSchedState.DOWN and not sched.ours:
+        run.views[ev.node] = replace(v, sched=NodeState(ev.node, NodeSchedState.AVAILABLE, jobs=sched.jobs))
+
+
+def _apply_plan(run: _Run, plan: Plan, policy: Policy, now: float) -> None:
+    """A step's plan: its decisions recorded, its drains and resumes applied to the views."""
+    for text in plan.alerts:
+        run.alerts.append((now, text))
+    for d in plan.decisions:
+        v = run.views[d.node]
+        if d.action is Verb.HOLD:
+            run.held[d.node] += 1
+            if d.new:
+                run.decisions.append(d)
+                run.hold_checks[d.budget.check.split(":", 1)[0]] += 1
+            continue
+        run.decisions.append(d)
+        jobs = v.sched.jobs if v.sched is not None else ()
+        if d.action is Verb.DRAIN:
+            kind, code = _finding_for(v, d.rule, policy)
+            run.drains.append(Drain(d.node, now, d.rule, kind, code, d.reason))
+            run.views[d.node] = replace(v, sched=NodeState(d.node, NodeSchedState.DRAINED,
+                                                           reason=d.reason, ours=True, jobs=jobs))
+        elif d.action is Verb.RESUME:
+            run.views[d.node] = replace(v, sched=NodeState(d.node, NodeSchedState.AVAILABLE, jobs=jobs))
+    run.memory = plan.memory
 
 
 def detections(drains: Sequence[Drain]) -> list[Detection]:
