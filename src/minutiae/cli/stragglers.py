@@ -81,9 +81,12 @@ def _table(report: StragglerReport) -> None:
 @click.option("--poll", type=float, default=0.2, show_default=True, help="--follow poll interval (s)")
 @click.option("--min-slowdown", default=0.03, show_default=True,
               help="floor a suspect must reach (0.03 = 3 %); slower GPUs below it are listed")
+@click.option("--layout", "layout_text", metavar="tp=N,pp=N,dp=N[,cp=N][,ep=N][,order=O]",
+              help="parallel layout (order: megatron [default], megatron-tp-pp-dp, torchtitan); "
+                   "pipeline stages become peer groups")
 def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | None, warmup: int,
             false_alarms: float, ranks_per_node: int | None, idle_exit: float, poll: float,
-            min_slowdown: float) -> int:
+            min_slowdown: float, layout_text: str | None) -> int:
     """Find the slow GPU, node or link of a synchronous job from per-rank step timings
     (CSV/Parquet step,rank,seconds[,node,gpu,stage,section] or a Megatron-LM log)."""
     from minutiae.analyses.stragglers.analysis import Options
@@ -95,8 +98,11 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
     if not 0 <= min_slowdown < 1:
         raise ConfigError(f"--min-slowdown must be in [0, 1) (a fraction: 0.03 = 3 %), "
                           f"got {min_slowdown}")
+    from minutiae.analyses.stragglers.layout import Layout
+
     options = Options(warmup=warmup, false_alarms=false_alarms, ranks_per_node=ranks_per_node,
-                      min_slowdown=min_slowdown)
+                      min_slowdown=min_slowdown,
+                      layout=Layout.parse(layout_text) if layout_text else None)
     if follow:
         return _follow(list(files), fleet, options, as_json, idle_exit, poll)
     df, where, leaves = _load(list(files), fleet)

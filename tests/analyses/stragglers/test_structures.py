@@ -131,3 +131,65 @@ def test_cli_min_slowdown_bad_value_exits_3(tmp_path: Path) -> None:
     out = runner.invoke(cli, ["stragglers", str(path), "--json"])
     doc = json.loads(out.output)
     assert doc["min_slowdown"] == 0.03 and doc["suspects"] == [] and "slowest" in doc
+
+
+def test_layout_makes_one_node_stages_peer_groups() -> None:
+    from minutiae.analyses.stragglers.layout import Layout
+
+    w = worlds.World("pp8_dp1", 0, pp=8, dp=1, first_stage=0.06, last_stage=0.10)
+    df = worlds.table(w)
+    # a stage that is one node cannot be told from a node slow since step 0 without the layout
+    assert analyse_runs(df, "x", None, Options()).suspects
+    r = analyse_runs(df, "x", None, Options(layout=Layout.parse("tp=8,pp=8,dp=1")))
+    assert r.suspects == () and r.grouping == "by --layout tp=8,pp=8 (megatron order)"
+
+
+def test_layout_rank_orders() -> None:
+    import numpy as np
+
+    from minutiae.analyses.stragglers.layout import Layout
+
+    ranks = np.arange(32)
+    c = Layout.parse("tp=2,cp=2,dp=4,pp=2").coords(ranks)
+    # Megatron tp-cp-ep-dp-pp: rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i))
+    assert (c["tp"] + 2 * (c["cp"] + 2 * (c["dp"] + 4 * c["pp"])) == ranks).all()
+    t = Layout.parse("tp=2,cp=2,dp=4,pp=2,order=torchtitan").coords(ranks)
+    assert all((t[k] == c[k]).all() for k in ("tp", "cp", "dp", "pp"))
+    m = Layout.parse("tp=2,dp=4,pp=2,order=megatron-tp-pp-dp").stages(np.arange(16))
+    assert m.tolist() == [0, 0, 1, 1] * 4
+
+
+@pytest.mark.parametrize(("layout", "words"), [
+    ("tp=8,pp=8,dp=16", ["1,024 ranks", "ranks 0-127"]),
+    ("tp=8,pp=x", ["pp='x'", "positive integer"]),
+    ("tp=8,zz=2", ["'zz' unknown"]),
+    ("tp=8,dp=3,ep=2", ["ep=2 must divide"]),
+])
+def test_bad_layout_exits_3_naming_what_disagrees(tmp_path: Path, layout: str, words: list[str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from minutiae.cli.main import main
+
+    path = tmp_path / "t.csv"
+    worlds.table(_world("tp_shared", 0)).write_csv(path)
+    assert main(["stragglers", str(path), "--layout", layout]) == 3
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+    assert "Traceback" not in err
+
+
+def test_layout_contradicting_stage_or_node_columns_is_refused() -> None:
+    from minutiae.analyses.stragglers.layout import Layout
+    from minutiae.errors import DataError
+
+    df = worlds.table(_world("pp8_first_last_stagecol", 0))  # 256 ranks: tp=8, pp=8, dp=4
+    with pytest.raises(DataError, match="disagrees with the stage column"):
+        analyse_runs(df, "x", None, Options(layout=Layout.parse("tp=8,pp=8,dp=4,"
+                                                                 "order=megatron-tp-pp-dp")))
+    import polars as pl
+
+    shifted = df.drop("stage").with_columns(  # nodes of 8 ranks offset by 4 from TP groups
+        pl.format("m{}", ((pl.col("rank") + 4) // 8).cast(pl.String)).alias("node"))
+    with pytest.raises(DataError, match="the TP group of ranks 0-7 spans nodes m0, m1"):
+        analyse_runs(shifted, "x", None, Options(layout=Layout.parse("tp=8,pp=8,dp=4")))
+    ok = analyse_runs(df, "x", None, Options(layout=Layout.parse("tp=8,pp=8,dp=4")))
+    assert ok.suspects == ()

@@ -40,6 +40,7 @@ from minutiae.analyses.stragglers.floor import (
     spread,
 )
 from minutiae.analyses.stragglers.jobseries import JobSeries, wait_included
+from minutiae.analyses.stragglers.layout import Layout
 from minutiae.analyses.stragglers.locate import RankMeta, locate
 from minutiae.analyses.stragglers.medians import fast_median
 from minutiae.analyses.stragglers.moving import split_moving, still_slow
@@ -62,7 +63,7 @@ class Options:
     """``warmup``: steps used to calibrate; ``false_alarms``: target per 1,000 node-days;
     ``stopped_after``: steps without a row before a rank counts as stopped (in units of the
     rank's own logging interval); ``min_slowdown``: the floor a suspect must reach
-    (``floor.py``)."""
+    (``floor.py``); ``layout``: the parallel layout (``layout.py``; None: inferred)."""
 
     warmup: int = 20
     false_alarms: float = 0.1
@@ -70,6 +71,7 @@ class Options:
     stopped_after: int = 3
     block: int = 64
     min_slowdown: float = DEFAULT_MIN_SLOWDOWN
+    layout: Layout | None = None
 
 
 def _members(groups: np.ndarray) -> list[np.ndarray]:
@@ -198,7 +200,11 @@ class StragglerAnalysis:
             self.warnings.append(self.data_limits[-1])
 
     def _groups(self, warm: TimingMatrix) -> tuple[np.ndarray, str]:
-        if warm.stage is not None:
+        lay = self.options.layout
+        if lay is not None:
+            lay.check(warm.ranks, warm.stage, warm.node, self.where or None)
+            groups, how = lay.stages(warm.ranks), f"by --layout {lay.text()}"
+        elif warm.stage is not None:
             groups, how = warm.stage, "by stage column"
         else:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
