@@ -137,19 +137,31 @@ def _read_all(api: NvmlApi, b: SnapshotBuilder) -> None:
         _read_gpu(api, b, handle, gpu_component(pci), f"GPU {index} ({pci})", driver)
 
 
-def _read_gpu(api: NvmlApi, b: SnapshotBuilder, h: Any, comp: str, where: str, driver: str) -> None:
-    err = api.NVMLError
+class _Gpu:
+    """One GPU being read: its handle, component and the NVML call wrapper."""
 
-    def call(name: str, fn: Callable[[], Any]) -> Any:
+    def __init__(self, api: NvmlApi, b: SnapshotBuilder, h: Any, comp: str, where: str) -> None:
+        self.api, self.b, self.h, self.comp, self.where = api, b, h, comp, where
+
+    def call(self, name: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``; None when this GPU or pynvml does not support it, or (and a problem) when
+        it fails."""
         try:
             return fn()
-        except err as exc:
+        except self.api.NVMLError as exc:
             if _code(exc) not in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
-                b.problem(comp, f"{where}: {name}", str(exc))
+                self.b.problem(self.comp, f"{self.where}: {name}", str(exc))
             return None
         except AttributeError:  # older pynvml without this call
             return None
 
+    def add(self, metric: str, value: Any) -> None:
+        if value is not None:
+            self.b.add(self.comp, metric, value)
+
+
+def _read_gpu(api: NvmlApi, b: SnapshotBuilder, h: Any, comp: str, where: str, driver: str) -> None:
+    g = _Gpu(api, b, h, comp, where)
     if driver:
         b.add(comp, "driver_version", driver)
     for metric, name, fn in (
@@ -157,46 +169,51 @@ def _read_gpu(api: NvmlApi, b: SnapshotBuilder, h: Any, comp: str, where: str, d
         ("uuid", "nvmlDeviceGetUUID", lambda: _text(api.nvmlDeviceGetUUID(h))),
         ("vbios_version", "nvmlDeviceGetVbiosVersion", lambda: _text(api.nvmlDeviceGetVbiosVersion(h))),
     ):
-        v = call(name, fn)
-        if v is not None:
-            b.add(comp, metric, v)
+        g.add(metric, g.call(name, fn))
+    _read_memory(g)
+    _read_state(g)
+    _read_nvlink(api, b, h, comp, where)
+
+
+def _read_memory(g: _Gpu) -> None:
+    """ECC counters, row remapping, retired pages."""
+    api, h = g.api, g.h
     for scope, counter in (("volatile", VOLATILE_ECC), ("aggregate", AGGREGATE_ECC)):
         for kind, etype in (("sbe", CORRECTED), ("dbe", UNCORRECTED)):
-            v = call(
+            v = g.call(
                 "nvmlDeviceGetTotalEccErrors",
                 lambda e=etype, c=counter: api.nvmlDeviceGetTotalEccErrors(h, e, c),  # type: ignore[misc]
             )
-            if v is not None:
-                b.add(comp, f"ecc_{kind}_{scope}", int(v))
-    rows = call("nvmlDeviceGetRemappedRows", lambda: api.nvmlDeviceGetRemappedRows(h))
+            g.add(f"ecc_{kind}_{scope}", None if v is None else int(v))
+    rows = g.call("nvmlDeviceGetRemappedRows", lambda: api.nvmlDeviceGetRemappedRows(h))
     if rows is not None:
         corr, unc, pending, failure = rows
-        b.add(comp, "remap_correctable", int(corr))
-        b.add(comp, "remap_uncorrectable", int(unc))
-        b.add(comp, "remap_pending", bool(pending))
-        b.add(comp, "remap_failure", bool(failure))
+        g.add("remap_correctable", int(corr))
+        g.add("remap_uncorrectable", int(unc))
+        g.add("remap_pending", bool(pending))
+        g.add("remap_failure", bool(failure))
     for metric, cause in (("retired_pages_sbe", PAGE_RETIREMENT_SBE), ("retired_pages_dbe", PAGE_RETIREMENT_DBE)):
-        pages = call("nvmlDeviceGetRetiredPages", lambda c=cause: api.nvmlDeviceGetRetiredPages(h, c))  # type: ignore[misc]
-        if pages is not None:
-            b.add(comp, metric, len(pages))
-    pending_pages = call(
+        pages = g.call("nvmlDeviceGetRetiredPages", lambda c=cause: api.nvmlDeviceGetRetiredPages(h, c))  # type: ignore[misc]
+        g.add(metric, None if pages is None else len(pages))
+    pending_pages = g.call(
         "nvmlDeviceGetRetiredPagesPendingStatus", lambda: api.nvmlDeviceGetRetiredPagesPendingStatus(h)
     )
-    if pending_pages is not None:
-        b.add(comp, "retired_pages_pending", bool(pending_pages))
-    pstate = call("nvmlDeviceGetPerformanceState", lambda: api.nvmlDeviceGetPerformanceState(h))
+    g.add("retired_pages_pending", None if pending_pages is None else bool(pending_pages))
+
+
+def _read_state(g: _Gpu) -> None:
+    """Performance state, clock-event reasons, temperature, power, PCIe link."""
+    api, h = g.api, g.h
+    pstate = g.call("nvmlDeviceGetPerformanceState", lambda: api.nvmlDeviceGetPerformanceState(h))
     if pstate is not None and 0 <= int(pstate) <= 15:  # 32 = NVML_PSTATE_UNKNOWN
-        b.add(comp, "pstate", int(pstate))
-    reasons = call("nvmlDeviceGetCurrentClocksEventReasons", lambda: api.nvmlDeviceGetCurrentClocksEventReasons(h))
-    if reasons is not None:
-        b.add(comp, "clock_event_reasons", int(reasons))
-    temp = call("nvmlDeviceGetTemperature", lambda: api.nvmlDeviceGetTemperature(h, TEMPERATURE_GPU))
-    if temp is not None:
-        b.add(comp, "temperature_c", float(temp))
+        g.add("pstate", int(pstate))
+    reasons = g.call("nvmlDeviceGetCurrentClocksEventReasons", lambda: api.nvmlDeviceGetCurrentClocksEventReasons(h))
+    g.add("clock_event_reasons", None if reasons is None else int(reasons))
+    temp = g.call("nvmlDeviceGetTemperature", lambda: api.nvmlDeviceGetTemperature(h, TEMPERATURE_GPU))
+    g.add("temperature_c", None if temp is None else float(temp))
     for metric, name in (("power_w", "nvmlDeviceGetPowerUsage"), ("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit")):
-        mw = call(name, lambda n=name: getattr(api, n)(h))  # type: ignore[misc]
-        if mw is not None:
-            b.add(comp, metric, int(mw) / 1000.0)
+        mw = g.call(name, lambda n=name: getattr(api, n)(h))  # type: ignore[misc]
+        g.add(metric, None if mw is None else int(mw) / 1000.0)
     for metric, name in (
         ("pcie_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
         ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
@@ -204,10 +221,8 @@ def _read_gpu(api: NvmlApi, b: SnapshotBuilder, h: Any, comp: str, where: str, d
         ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
         ("pcie_replay", "nvmlDeviceGetPcieReplayCounter"),
     ):
-        v = call(name, lambda n=name: getattr(api, n)(h))  # type: ignore[misc]
-        if v is not None:
-            b.add(comp, metric, int(v))
-    _read_nvlink(api, b, h, comp, where)
+        v = g.call(name, lambda n=name: getattr(api, n)(h))  # type: ignore[misc]
+        g.add(metric, None if v is None else int(v))
 
 
 def _read_nvlink(api: NvmlApi, b: SnapshotBuilder, h: Any, comp: str, where: str) -> None:

@@ -98,6 +98,28 @@ def _samples(text: str, where: str, b: SnapshotBuilder) -> Iterable[Sample]:
     return out
 
 
+def _component(labels: dict[str, str], name: str, where: str, b: SnapshotBuilder) -> str | None:
+    """A sample's GPU component: by its PCI address, else its device/gpu label (None, and a
+    problem, when it has neither)."""
+    pci = normalize_pci(labels.get("pci_bus_id", "")) if labels.get("pci_bus_id") else None
+    if pci is not None:
+        return gpu_component(pci)
+    dev = labels.get("device") or (f"nvidia{labels['gpu']}" if _is_int(labels.get("gpu", "")) else "")
+    if not dev:
+        b.problem("node", where, f"sample {name} has neither pci_bus_id nor gpu/device labels")
+        return None
+    return f"gpu:{dev}"
+
+
+def _add_value(b: SnapshotBuilder, comp: str, metric: str, kind: str, v: float) -> None:
+    if kind == "float":
+        b.add(comp, metric, float(v))
+    elif kind == "bool":
+        b.add(comp, metric, v != 0)
+    else:
+        b.add(comp, metric, int(v))
+
+
 def parse_dcgm(text: str, where: str = "dcgm-exporter") -> Snapshot:
     """Parse one dcgm-exporter scrape. Raises ``ParseError`` when it holds no DCGM sample at all."""
     b = SnapshotBuilder(SOURCE)
@@ -107,26 +129,17 @@ def parse_dcgm(text: str, where: str = "dcgm-exporter") -> Snapshot:
     driver: str | None = None
     for s in _samples(text, where, b):
         field = COMPAT.get(s.name, s.name)
-        if not field.startswith("DCGM_"):
+        if not field.startswith("DCGM_") or s.labels.get("GPU_I_ID"):
             continue
-        labels = s.labels
-        if labels.get("GPU_I_ID"):
+        comp = _component(s.labels, s.name, where, b)
+        if comp is None:
             continue
-        pci = normalize_pci(labels.get("pci_bus_id", "")) if labels.get("pci_bus_id") else None
-        if pci is None:
-            dev = labels.get("device") or (f"nvidia{labels['gpu']}" if _is_int(labels.get("gpu", "")) else "")
-            if not dev:
-                b.problem("node", where, f"sample {s.name} has neither pci_bus_id nor gpu/device labels")
-                continue
-            comp = f"gpu:{dev}"
-        else:
-            comp = gpu_component(pci)
         if comp not in gpus:
             gpus[comp] = None
             for label, metric in LABEL_FIELDS.items():
-                if labels.get(label):
-                    b.add(comp, metric, labels[label])
-            driver = driver or labels.get("DCGM_FI_DRIVER_VERSION")
+                if s.labels.get(label):
+                    b.add(comp, metric, s.labels[label])
+            driver = driver or s.labels.get("DCGM_FI_DRIVER_VERSION")
         spec = FIELDS.get(field)
         if spec is None:
             continue
@@ -134,19 +147,11 @@ def parse_dcgm(text: str, where: str = "dcgm-exporter") -> Snapshot:
         v = s.value
         if v is None or math.isnan(v) or math.isinf(v):
             b.problem(comp, f"{where}: {s.name}", f"not a number: {v!r}")
-            continue
-        if kind == "sum":
+        elif kind == "sum":
             sums[(comp, metric)] = sums.get((comp, metric), 0) + int(v)
-            continue
-        if (comp, metric) in seen:
-            continue
-        seen.add((comp, metric))
-        if kind == "float":
-            b.add(comp, metric, float(v))
-        elif kind == "bool":
-            b.add(comp, metric, v != 0)
-        else:
-            b.add(comp, metric, int(v))
+        elif (comp, metric) not in seen:
+            seen.add((comp, metric))
+            _add_value(b, comp, metric, kind, v)
     for (comp, metric), total in sums.items():
         b.add(comp, metric, total)
     if not gpus:

@@ -12,6 +12,7 @@ becomes a ``Problem``: the ports after it are unknown, not healthy.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from minutiae.errors import ParseError
 from minutiae.model.snapshot import Snapshot, SnapshotBuilder, leading_number
@@ -64,46 +65,56 @@ def parse_ibstat(text: str, where: str = "ibstat") -> Snapshot:
             continue
         key, value = m.group(1).lower(), m.group(2)
         if port is None:
-            if key == "ca type":
-                attrs["hca_type"] = value
-            elif key == "firmware version":
-                attrs["fw_ver"] = value
+            if key in _CA_ATTRS:
+                attrs[_CA_ATTRS[key]] = value
             continue
-        comp = ib_component(dev, port)
-        if key == "state":
-            st = parse_state(value)
-            name = st[1] if st else _state_name(value)
-            code = st[0] if st else STATE_CODES.get(name)
-            if code is None:
-                b.problem(comp, f"{where}:{n}", f"unknown port state {value[:40]!r}")
-                continue
-            b.add(comp, "state_code", code)
-            b.add(comp, "state", name)
-        elif key in ("physical state", "phys state"):
-            st = parse_state(value)
-            name = st[1] if st else value
-            code = st[0] if st else PHYS_CODES.get(name)
-            if code is None:
-                b.problem(comp, f"{where}:{n}", f"unknown physical state {value[:40]!r}")
-                continue
-            b.add(comp, "phys_state_code", code)
-            b.add(comp, "phys_state", name)
-        elif key == "rate":
-            rate = parse_rate(value)
-            if rate is not None:
-                b.add(comp, "rate_gbps", rate[0])
-                if rate[1] is not None:
-                    b.add(comp, "width", rate[1])
-                if rate[2]:
-                    b.add(comp, "speed", rate[2])
-            else:
-                num = leading_number(value)
-                if num is None:
-                    b.problem(comp, f"{where}:{n}", f"rate is not a number: {value[:40]!r}")
-                else:
-                    b.add(comp, "rate_gbps", num)
-        elif key in ("link layer", "link_layer"):
-            b.add(comp, "link_layer", value)
+        _port_value(b, ib_component(dev, port), key, value, f"{where}:{n}")
     if not found:
         raise ParseError("no ibstat (CA '...') or ibstatus (Infiniband device ...) block found", where)
     return b.build()
+
+
+#: CA-level keys whose values every port of the CA gets
+_CA_ATTRS = {"ca type": "hca_type", "firmware version": "fw_ver"}
+
+
+def _port_value(b: SnapshotBuilder, comp: str, key: str, value: str, at: str) -> None:
+    """One ``key: value`` line of a port block."""
+    if key == "state":
+        _state(b, comp, value, at, "state", lambda v: STATE_CODES.get(_state_name(v)), _state_name)
+    elif key in ("physical state", "phys state"):
+        _state(b, comp, value, at, "phys_state", PHYS_CODES.get, lambda v: v)
+    elif key == "rate":
+        _rate(b, comp, value, at)
+    elif key in ("link layer", "link_layer"):
+        b.add(comp, "link_layer", value)
+
+
+def _state(b: SnapshotBuilder, comp: str, value: str, at: str, metric: str,
+           code_of: Callable[[str], int | None], name_of: Callable[[str], str]) -> None:
+    """A port (or physical) state: ``4: ACTIVE`` or a bare name, as a code and a name."""
+    st = parse_state(value)
+    name = st[1] if st else name_of(value)
+    code = st[0] if st else code_of(value)
+    if code is None:
+        what = "port state" if metric == "state" else "physical state"
+        b.problem(comp, at, f"unknown {what} {value[:40]!r}")
+        return
+    b.add(comp, f"{metric}_code", code)
+    b.add(comp, metric, name)
+
+
+def _rate(b: SnapshotBuilder, comp: str, value: str, at: str) -> None:
+    rate = parse_rate(value)
+    if rate is not None:
+        b.add(comp, "rate_gbps", rate[0])
+        if rate[1] is not None:
+            b.add(comp, "width", rate[1])
+        if rate[2]:
+            b.add(comp, "speed", rate[2])
+        return
+    num = leading_number(value)
+    if num is None:
+        b.problem(comp, at, f"rate is not a number: {value[:40]!r}")
+    else:
+        b.add(comp, "rate_gbps", num)

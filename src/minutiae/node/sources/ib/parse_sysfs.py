@@ -68,22 +68,31 @@ def parse_ib_port(
             continue
         b.add(comp, f"{name}_code", parsed[0])
         b.add(comp, name, parsed[1])
-    if "rate" in files:
-        text = files["rate"]
-        rate = parse_rate(text) if text is not None else None
-        if rate is None:
-            b.problem(comp, f"{where}/rate", "unreadable" if text is None else f"not '<n> Gb/sec (<w>X <speed>)': {text.strip()[:40]!r}")
-        else:
-            b.add(comp, "rate_gbps", rate[0])
-            if rate[1] is not None:
-                b.add(comp, "width", rate[1])
-            if rate[2]:
-                b.add(comp, "speed", rate[2])
-    else:
-        b.problem(comp, f"{where}/rate", "missing")
+    _rate_file(b, comp, files, where)
     text = files.get("link_layer")
     if text is not None and text.strip():
         b.add(comp, "link_layer", text.strip())
+    _counters(b, comp, files, where)
+
+
+def _rate_file(b: SnapshotBuilder, comp: str, files: Mapping[str, str | None], where: str) -> None:
+    if "rate" not in files:
+        b.problem(comp, f"{where}/rate", "missing")
+        return
+    text = files["rate"]
+    rate = parse_rate(text) if text is not None else None
+    if rate is None:
+        b.problem(comp, f"{where}/rate", "unreadable" if text is None else f"not '<n> Gb/sec (<w>X <speed>)': {text.strip()[:40]!r}")
+        return
+    b.add(comp, "rate_gbps", rate[0])
+    if rate[1] is not None:
+        b.add(comp, "width", rate[1])
+    if rate[2]:
+        b.add(comp, "speed", rate[2])
+
+
+def _counters(b: SnapshotBuilder, comp: str, files: Mapping[str, str | None], where: str) -> None:
+    """``counters/*`` and ``hw_counters/*`` (as ``hw_<name>``): 64-bit non-negative integers."""
     for rel, text in sorted(files.items()):
         group, _, counter = rel.partition("/")
         if group not in ("counters", "hw_counters") or not counter:
