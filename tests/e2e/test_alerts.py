@@ -70,6 +70,14 @@ def test_promtool_unit_tests_pass() -> None:
     assert out.stdout.count("SUCCESS") == len(files)
 
 
+def test_the_example_alertmanager_config_is_valid() -> None:
+    amtool = need_binary("amtool")
+    out = subprocess.run([amtool, "check-config",  # noqa: S603
+                          str(ROOT / "deploy/prometheus/alertmanager.yml")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
 def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
     cases: dict[str, list[bool]] = {}
     for f in TESTS.glob("*_test.yaml"):
