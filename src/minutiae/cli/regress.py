@@ -85,5 +85,8 @@ def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool
                    + (f" (+{len(v.by_signature) - 3})" if len(v.by_signature) > 3 else ""))
     if verdicts:
         console.print(rt)
+    for v in verdicts:
+        if v.groups is not None:
+            console.print(f"{'cause' if v.cause else 'hint'}: {v.summary()}", highlight=False)
     for issue in issues:
         console.print(f"[yellow]note[/]: {issue.message}", highlight=False)

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from minutiae.analyses.whatchanged.groups import MIN_EFFECT as GROUP_MIN_EFFECT
+from minutiae.analyses.whatchanged.groups import GroupSplit, label_of, split_rollout
 from minutiae.analyses.whatchanged.stats import Effect, Panel, fe_joint, make_panel
 from minutiae.history.record import STACK_KEYS, RunRecord
 from minutiae.history.rollouts import Rollout
@@ -48,7 +50,11 @@ class RolloutVerdict:
     effect is significant after Bonferroni over rollouts, at least ``MIN_EFFECT``, and rests on an
     overlap of at least ``MIN_OVERLAP`` runs; ``gpu_hours_per_week``: GPU-hours
     the change costs (+) or saves (−) per week over the exposed runs since the rollout started
-    (None when runs lack GPU counts or durations); ``runs_exposed``: runs that met it."""
+    (None when runs lack GPU counts or durations); ``runs_exposed``: runs that met it;
+    ``groups``: when the rollout changed some signature groups and not others (``groups.py``),
+    the split, and ``cause`` also holds when its pooled effect on the hit groups passes the same
+    tests as a fleet-wide one; ``missing``: runs whose version column was empty (left out of
+    this rollout's estimate, kept for the others)."""
 
     name: str
     attr: str
@@ -63,6 +69,18 @@ class RolloutVerdict:
     runs_exposed: int
     by_signature: tuple[tuple[str, Effect], ...] = ()
     overlap: int = 0
+    groups: GroupSplit | None = None
+    missing: int = 0
+
+    def summary(self) -> str:
+        """``NCCL 2.23.4: +3.0 % on 6 of 12 signatures (moe-*), 0 on the rest`` or the fleet-wide
+        effect."""
+        name = f"{self.attr} {self.new}"
+        if self.groups is not None:
+            return self.groups.text(name)
+        if self.effect is None:
+            return f"{name}: untestable (never varies within a signature)"
+        return f"{name}: {self.effect.change * 100:+.1f} % fleet-wide"
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "attr": self.attr, "old": self.old, "new": self.new,
@@ -71,7 +89,9 @@ class RolloutVerdict:
                 "gpu_hours_per_week": None if self.gpu_hours_per_week is None
                 else round(self.gpu_hours_per_week, 2),
                 "runs_exposed": self.runs_exposed, "overlap": self.overlap,
-                "signatures": [{"signature": sig, **e.to_json()} for sig, e in self.by_signature]}
+                "signatures": [{"signature": sig, **e.to_json()} for sig, e in self.by_signature],
+                "groups": self.groups.to_json() if self.groups else None,
+                "missing": self.missing, "summary": self.summary()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,20 +154,26 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
     if not ros:
         return []
     n = len(panel.runs)
-    anys, alls = [], []
+    anys, alls, missing = [], [], []
     mem: _Membership | None = None
     for ro in ros:
         if ro.at and any(r.nodes for r in panel.runs):
             mem = mem or _membership(panel)
             a, b = _exposure_from_nodes(panel, mem, ro)
+            miss = np.zeros(n)
         else:
             a = np.fromiter((ro.new in r.attrs.get(ro.attr, ()) for r in panel.runs), dtype=float, count=n)
             b = np.fromiter((r.attrs.get(ro.attr, frozenset()) == {ro.new} for r in panel.runs),
                             dtype=float, count=n)
+            # an empty version column is unknown, not "old": such runs get their own level
+            miss = np.fromiter((not r.attrs.get(ro.attr) for r in panel.runs), dtype=float, count=n)
         anys.append(a)
         alls.append(b)
-    fit_any = fe_joint(panel, np.column_stack(anys))
-    fit_all = fe_joint(panel, np.column_stack(alls))
+        missing.append(miss)
+    nuis = np.column_stack([m for m in missing if m.any()]) if any(m.any() for m in missing) \
+        else np.zeros((n, 0))
+    fit_any = fe_joint(panel, np.column_stack([*anys, nuis]))[:len(ros)]
+    fit_all = fe_joint(panel, np.column_stack([*alls, nuis]))[:len(ros)]
     t_end = float(panel.t.max())
     hours = np.array([r.gpu_hours() if r.gpu_hours() is not None else np.nan for r in panel.runs])
     chosen: list[np.ndarray] = []
@@ -158,20 +184,67 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
         effects.append(fit_all[i] if use_all else fit_any[i])
     xmat = np.column_stack(chosen)
     sig_names = sorted({r.signature for r in panel.runs})
+    # the group split also nets out each run's slow-node penalty: big jobs draw more nodes, so a
+    # slow node looks like an effect on the big-job group
+    group_nuis = np.column_stack([nuis, _node_penalty(panel)])
     out = []
     for i, ro in enumerate(ros):
         eff, x = effects[i], chosen[i]
         overlap = _overlap(panel, x)
         main = bool(eff is not None and eff.p_value < ALPHA / len(ros) and abs(eff.change) >= MIN_EFFECT
                     and overlap >= MIN_OVERLAP)
-        by_sig = _per_signature(panel, xmat, i, sig_names, len(ros))
+        by_sig = _per_signature(panel, np.column_stack([xmat, nuis]), i, sig_names, len(ros))
+        split, x_split = _best_split(panel, xmat, i, len(ros), group_nuis, anys[i], alls[i])
+        cause, cost_eff, cost_mask = main, eff, np.ones(len(x), bool)
+        if split is not None and split.hit_effect is not None:
+            labels = np.array(split.hit_signatures)
+            in_hit = np.isin(np.array([r.signature for r in panel.runs]), labels)
+            hit_overlap = _overlap(panel, x_split * in_hit)
+            he = split.hit_effect
+            cause = main or (max(he.p_value, split.p_robust) < ALPHA / (len(ros) * split.tested)
+                             and abs(he.change) >= GROUP_MIN_EFFECT and hit_overlap >= MIN_OVERLAP)
+            cost_eff, cost_mask = he, in_hit
+            if not by_sig:  # the hint: each hit signature with its group's effect
+                group_of = dict(split.hit)
+                first = {r.signature: r for r in reversed(panel.runs)}
+                by_sig = [(sg, group_of[label_of(first[sg], split.grouping)])
+                          for sg in split.hit_signatures]
         weeks = max((t_end - ro.start) / WEEK, 1.0 / 7.0)
-        cost = None if eff is None else _cost(hours, x, np.ones(len(x), bool), eff.change, weeks)
+        x_cost = x if split is None else x_split
+        cost = None if cost_eff is None else _cost(hours, x_cost, cost_mask, cost_eff.change, weeks)
         use_all = x is alls[i]
         out.append(RolloutVerdict(ro.name, ro.attr, ro.old, ro.new, ro.start, len(ro.at),
-                                  "all" if use_all else "any", eff, main, cost,
-                                  int((x > 0).sum()), tuple(by_sig), overlap))
+                                  "all" if use_all else "any", eff, cause, cost,
+                                  int((x > 0).sum()), tuple(by_sig), overlap, split,
+                                  int(missing[i].sum())))
     return sorted(out, key=lambda v: (not v.cause, -(abs(v.effect.change) if v.effect else 0.0)))
+
+
+def _best_split(panel: Panel, xmat: np.ndarray, i: int, n_rollouts: int, nuis: np.ndarray,
+                x_any: np.ndarray, x_all: np.ndarray) -> tuple[GroupSplit | None, np.ndarray]:
+    """The group split under the exposure that fits its mechanism (a slowdown through *any*
+    node, a speed-up needing *all*): the fleet-wide choice of exposure can be the wrong one for a
+    rollout that only hits some groups (its fleet-wide effect is near zero)."""
+    best: tuple[GroupSplit | None, np.ndarray] = (None, x_any)
+    for x, slower in ((x_any, True), (x_all, False)):
+        m = xmat.copy()
+        m[:, i] = x
+        sp = split_rollout(panel, m, i, n_rollouts, nuis)
+        if sp is None or sp.hit_effect is None or (sp.hit_effect.change > 0) != slower:
+            continue
+        if best[0] is None or sp.p_heterogeneity < best[0].p_heterogeneity:
+            best = (sp, x)
+    return best
+
+
+def _node_penalty(panel: Panel) -> np.ndarray:
+    """Each run's slow-node penalty (ln units; ``analyses.regress.nodes``), 0 without nodes."""
+    if not any(r.nodes for r in panel.runs):
+        return np.zeros(len(panel.runs))
+    from minutiae.analyses.regress.nodes import node_penalties
+
+    pen = node_penalties(panel.runs).penalty
+    return np.array([pen.get(r.run_id, 0.0) for r in panel.runs])
 
 
 def _overlap(panel: Panel, x: np.ndarray) -> int:

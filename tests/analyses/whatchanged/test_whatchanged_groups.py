@@ -1,0 +1,53 @@
+"""Rollouts that hit only some models: the group split of attribute_rollouts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from minutiae.analyses.whatchanged.rollouts import attribute_rollouts
+from minutiae.history.rollouts import group_rollouts
+from minutiae.testing.synth.regress import NEW_VERSIONS, FleetConfig, RolloutSpec, synth_fleet
+
+FAMILIES = ("moe", "gpt", "llama", "vit")
+
+
+def _fleet(effect: float, hit: int, empty: float = 0.0, seed: int = 7):  # type: ignore[no-untyped-def]
+    specs = (RolloutSpec("nccl", 0.0, 0.8, 20.0, 3.0), RolloutSpec("kernel", 0.0, 0.7, 12.0, 4.0))
+    f = synth_fleet(FleetConfig(seed=seed, rollouts=specs, missing_version_rate=empty,
+                                code_regression_rate=0.0))
+    sigs = sorted({r.signature for r in f.records})
+    fam = {s: FAMILIES[i % 4] for i, s in enumerate(sigs)}
+    out = []
+    for r in f.records:
+        v = r.value
+        if fam[r.signature] in FAMILIES[:hit] and NEW_VERSIONS["nccl"] in r.attrs.get("nccl", ()):
+            v *= 1.0 + effect
+        out.append(dataclasses.replace(r, signature=f"{fam[r.signature]}-{r.signature}", value=v))
+    return out, group_rollouts(f.changes)
+
+
+@pytest.mark.parametrize("empty", [0.0, 0.05])
+def test_an_nccl_change_that_hurts_only_moe_is_a_cause(empty: float) -> None:
+    runs, rolls = _fleet(0.03, 1, empty)
+    v = {x.attr: x for x in attribute_rollouts(runs, rolls)}
+    nccl, kernel = v["nccl"], v["kernel"]
+    assert nccl.cause and nccl.groups is not None and nccl.groups.grouping == "family"
+    assert [g for g, _ in nccl.groups.hit] == ["moe"]
+    assert nccl.groups.hit_effect is not None and abs(nccl.groups.hit_effect.change - 0.03) < 0.01
+    assert nccl.summary().startswith("nccl 2.23.4: +")
+    assert "signatures (moe-*), 0 on the rest" in nccl.summary()
+    assert nccl.by_signature and all(s.startswith("moe-") for s, _ in nccl.by_signature)
+    assert not kernel.cause
+
+
+def test_a_fleet_wide_change_is_not_split() -> None:
+    runs, rolls = _fleet(0.03, 4)
+    nccl = next(x for x in attribute_rollouts(runs, rolls) if x.attr == "nccl")
+    assert nccl.cause and nccl.groups is None and "fleet-wide" in nccl.summary()
+
+
+def test_no_effect_no_cause() -> None:
+    runs, rolls = _fleet(0.0, 1)
+    assert not any(x.cause for x in attribute_rollouts(runs, rolls))
