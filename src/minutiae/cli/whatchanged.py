@@ -65,4 +65,6 @@ def command(run_a: str, run_b: str, runs: Path | None, db: Path | None, since: s
     console.print(t if w.differences else "The two runs do not differ in anything recorded.")
     if len(w.differences) > top:
         console.print(f"… {len(w.differences) - top} more (--top)")
+    if w.note:
+        console.print(f"note: {w.note}", highlight=False)
     print_issues(console, history)
