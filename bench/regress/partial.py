@@ -104,6 +104,10 @@ def main() -> None:
                     k[1] += got and e == 0
                     k[2] += got and abs(e) >= 0.02
                     k[3] += abs(e) >= 0.02
+            for attr, e in effects.items():
+                v = verdicts[attr]
+                if a.verbose and attr != "nccl" and v.cause and e == 0:
+                    print(f"  false cause: share {share} fleet {i} {attr}: {v.summary()}")
             nv = verdicts["nccl"]
             if a.verbose and not nv.cause:
                 print(f"  miss: share {share} fleet {i} effect {effect:+.2f}: {nv.summary()} "

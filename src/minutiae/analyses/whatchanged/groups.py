@@ -13,8 +13,10 @@ two-way fixed-effects fit (the other rollouts kept fleet-wide):
 Runs whose label is empty are a column of their own, never reported: a missing field removes
 the run from that grouping's estimate, not from the fit. The grouping whose group effects differ
 most (Wald test of equal effects, Bonferroni over groupings and rollouts) is kept when that test
-is significant; its groups with a significant effect of at least ``MIN_EFFECT`` are the hit
-groups, the rest are pooled into one "rest" estimate.
+is significant; its groups whose own effect is significant (``GROUP_P``), of the strongest
+group's sign and at least half its size are the hit groups, the rest are pooled into one "rest"
+estimate. Whether that makes the rollout a cause is decided on the pooled hit effect (the strict
+fleet-wide test, Bonferroni also over groupings, leave-one-signature-out, ``MIN_EFFECT``).
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ from minutiae.history.record import STACK_KEYS, RunRecord
 #: own code change) than the fleet-wide estimate, whose floor is 0.5 %
 MIN_EFFECT = 0.015
 MAX_VALUES = 12
-#: family-wise rate of the heterogeneity tests (over rollouts and groupings)
-HET_ALPHA = 0.001
-#: family-wise rate of the per-group tests (over rollouts and groups)
-GROUP_ALPHA = 0.01
+#: rate of the heterogeneity screen (Bonferroni over groupings; the cause test on the pooled hit
+#: effect corrects for the rollouts)
+HET_ALPHA = 0.01
+#: a group is hit when its own effect has p below this, the sign of the strongest group's and
+#: at least half its size; the cause test is then on the pooled hit effect (strict, in rollouts)
+GROUP_P = 0.05
 _WORD = re.compile(r"[-_/.: ]")
 
 
@@ -137,16 +141,19 @@ def split_rollout(panel: Panel, xmat: np.ndarray, i: int, n_rollouts: int,
         if len(values) < 2:
             continue
         fits = _split_fit(panel, others, x, labels, values)
-        p = _wald([e for e in fits if e is not None]) * len(groups) * n_rollouts
+        p = _wald([e for e in fits if e is not None]) * len(groups)
         if best is None or p < best[0]:
             best = (p, name, values, fits)
     if best is None or best[0] >= HET_ALPHA:
         return None
     p_het, name, values, fits = best
-    alpha = GROUP_ALPHA / (n_rollouts * len(values))
-    hit = [(v, e) for v, e in zip(values, fits, strict=True)
-           if e is not None and e.p_value < alpha and abs(e.change) >= MIN_EFFECT]
-    if not hit:
+    known = [(v, e) for v, e in zip(values, fits, strict=True) if e is not None]
+    if not known:
+        return None
+    top = min(known, key=lambda ve: ve[1].p_value)[1]
+    hit = [(v, e) for v, e in known if e.p_value < GROUP_P and e.change * top.change > 0
+           and abs(e.change) >= max(abs(top.change) / 2, 0.005)]
+    if not hit or len(hit) == len(known):
         return None
     labels = groups[name]
     lab = np.array(labels)

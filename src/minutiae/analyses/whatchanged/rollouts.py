@@ -188,13 +188,21 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
     # slow node looks like an effect on the big-job group
     group_nuis = np.column_stack([nuis, _node_penalty(panel)])
     out = []
+    splits = _greedy_splits(panel, xmat, len(ros), group_nuis, anys, alls)
+    sig_of = np.array([r.signature for r in panel.runs])
+    hits = {j: xs * np.isin(sig_of, np.array(sp.hit_signatures)) for j, (sp, xs) in splits.items()}
     for i, ro in enumerate(ros):
-        eff, x = effects[i], chosen[i]
+        x = chosen[i]
+        extra = [h for j, h in hits.items() if j != i]
+        # net of the other rollouts' group effects: NCCL's hit on MoE models is not a driver
+        # rollout's that went out the same week
+        eff = effects[i] if not extra else fe_joint(
+            panel, np.column_stack([xmat, nuis, *extra]))[i]
         overlap = _overlap(panel, x)
         main = bool(eff is not None and eff.p_value < ALPHA / len(ros) and abs(eff.change) >= MIN_EFFECT
                     and overlap >= MIN_OVERLAP)
         by_sig = _per_signature(panel, np.column_stack([xmat, nuis]), i, sig_names, len(ros))
-        split, x_split = _best_split(panel, xmat, i, len(ros), group_nuis, anys[i], alls[i])
+        split, x_split = splits.get(i, (None, x))
         cause, cost_eff, cost_mask = main, eff, np.ones(len(x), bool)
         if split is not None and split.hit_effect is not None:
             labels = np.array(split.hit_signatures)
@@ -232,9 +240,39 @@ def _best_split(panel: Panel, xmat: np.ndarray, i: int, n_rollouts: int, nuis: n
         sp = split_rollout(panel, m, i, n_rollouts, nuis)
         if sp is None or sp.hit_effect is None or (sp.hit_effect.change > 0) != slower:
             continue
-        if best[0] is None or sp.p_heterogeneity < best[0].p_heterogeneity:
+        if best[0] is None or _strength(sp) > _strength(best[0]):
             best = (sp, x)
     return best
+
+
+def _greedy_splits(panel: Panel, xmat: np.ndarray, n_rollouts: int, nuis: np.ndarray,
+                   anys: list[np.ndarray], alls: list[np.ndarray],
+                   ) -> dict[int, tuple[GroupSplit, np.ndarray]]:
+    """Group splits accepted strongest first, each refitted net of the hit groups of those
+    accepted before it: two rollouts that went out together cannot both take one's effect."""
+    first = {i: _best_split(panel, xmat, i, n_rollouts, nuis, anys[i], alls[i])
+             for i in range(xmat.shape[1])}
+    order = sorted((i for i, (sp, _) in first.items() if sp is not None and _strength(sp) > 0),
+                   key=lambda i: -_strength(first[i][0]))  # type: ignore[arg-type]
+    sig_of = np.array([r.signature for r in panel.runs])
+    accepted: dict[int, tuple[GroupSplit, np.ndarray]] = {}
+    for i in order:
+        sp, xs = first[i]
+        if accepted:
+            held = [x * np.isin(sig_of, np.array(a.hit_signatures)) for a, x in accepted.values()]
+            sp, xs = _best_split(panel, xmat, i, n_rollouts, np.column_stack([nuis, *held]),
+                                 anys[i], alls[i])
+        if sp is not None and _strength(sp) > 0:
+            accepted[i] = (sp, xs)
+    return accepted
+
+
+def _strength(sp: GroupSplit) -> float:
+    """|t| of the pooled hit effect, when it reaches the group floor (else 0)."""
+    e = sp.hit_effect
+    if e is None or abs(e.change) < GROUP_MIN_EFFECT:
+        return 0.0
+    return abs(math.log1p(e.change)) / max(e.se, 1e-9)
 
 
 def _node_penalty(panel: Panel) -> np.ndarray:
