@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import io
 from collections.abc import Iterator, Sequence
 
 import polars as pl
@@ -48,14 +49,18 @@ def _chunks(data: bytes, size: int) -> Iterator[tuple[int, bytes]]:
 
 
 def _lines(piece: bytes, line0: int) -> pl.DataFrame:
-    text = piece.decode("utf-8", errors="replace")
-    if text.endswith("\n"):
-        text = text[:-1]
-    df = pl.DataFrame({"line": [text]}).select(pl.col("line").str.split("\n")).explode("line")
-    df = df.with_row_index("no", offset=line0).with_columns(pl.col("no").cast(pl.Int64))
-    if "\r" in text:
+    """Numbered lines of a chunk (blank lines kept, so numbers are the file's), tqdm's ``\r``
+    redraws split, ANSI colours dropped, launcher prefixes stripped."""
+    if b"\x1f" in piece:  # the separator that keeps each line one cell
+        piece = piece.replace(b"\x1f", b" ")
+    df = pl.read_csv(io.BytesIO(piece), has_header=False, separator="\x1f", quote_char=None,
+                     new_columns=["line"], schema={"line": pl.String}, encoding="utf8-lossy",
+                     truncate_ragged_lines=True)
+    df = df.with_columns(pl.col("line").fill_null("")).with_row_index("no", offset=line0)
+    df = df.with_columns(pl.col("no").cast(pl.Int64))
+    if b"\r" in piece:
         df = df.with_columns(pl.col("line").str.split("\r")).explode("line")
-    if "\x1b[" in text:
+    if b"\x1b[" in piece:
         df = df.with_columns(pl.col("line").str.replace_all(_ANSI, ""))
     return strip_frame(df)
 

@@ -25,8 +25,15 @@ _TORCHRUN = r"(?:\[(?P<kind>default|rank)(?P<local>\d{1,6})\]:)?"
 PREFIX = "^" + _TS + _SRUN + _MPI + _TORCHRUN
 
 
+#: what every prefix starts with (a cheap test: a log without any is left as it is)
+_ANY = (r"^(?:\[?\d{4}-\d{2}-\d{2}[T ]|\s{0,6}\d{1,6}:\s|\[\d+,\d+\]<std|"
+        r"\[(?:default|rank)\d)")
+
+
 def strip_frame(lines: pl.DataFrame, column: str = "line") -> pl.DataFrame:
     """``lines`` with ``column`` stripped of its prefixes and a nullable ``prefix_rank`` column."""
+    if not lines.select(pl.col(column).str.contains(_ANY).any()).item():
+        return lines.with_columns(pl.lit(None, pl.Int64).alias("prefix_rank"))
     parts = pl.col(column).str.extract_groups(PREFIX)
     df = lines.with_columns(parts.alias("_p"))
     df = df.with_columns(
