@@ -153,67 +153,75 @@ _COMPONENT = re.compile(r"[a-z][a-z0-9_]*")
 
 def build_log_rules(doc: Mapping[str, Any], where: str = "kernel_log.toml") -> tuple[LogRule, ...]:
     """Validate a parsed kernel-log catalog; runs every example and counter-example."""
-    rules: list[LogRule] = []
-    for rid, kind, item in rule_tables(doc, where, _LOG_RULE_KEYS):
-        keywords = _strings(where, rid, item.get("keywords"), "keywords")
-        if not keywords or any(not k for k in keywords):
-            raise _fail(where, rid, "keywords must list at least one non-empty literal")
-        pattern = _compile(where, rid, item.get("pattern"))
-        catalog = item.get("catalog")
-        if catalog not in (None, "xid", "sxid"):
-            raise _fail(where, rid, f"catalog must be 'xid' or 'sxid' (got {catalog!r})")
-        if catalog and "code" not in pattern.groupindex:
-            raise _fail(where, rid, "a rule with a catalog needs a (?P<code>...) group")
-        attrs = item.get("attrs", {})
-        if not isinstance(attrs, dict) or not all(
-            isinstance(v, str | int | float | bool) for v in attrs.values()
-        ):
-            raise _fail(where, rid, "attrs must be a table of scalars")
-        join_back = item.get("join_back", 0)
-        if not isinstance(join_back, int) or not 0 <= join_back <= 8:
-            raise _fail(where, rid, "join_back must be an integer 0..8")
-        join_start = None
-        if join_back:
-            join_start = _compile(where, rid, item.get("join_start"), "join_start")
-        message = item.get("message", "{kind}")
-        if not isinstance(message, str):
-            raise _fail(where, rid, "message must be a string")
-        component = item.get("component")
-        if component is not None and (not isinstance(component, str) or not _COMPONENT.fullmatch(component)):
-            raise _fail(where, rid, f"component must be a lower-case identifier such as 'gpu' (got {component!r})")
-        rule = LogRule(
-            id=rid,
-            kind=kind,
-            keywords=keywords,
-            pattern=pattern,
-            severity=_enum(where, rid, Severity, item.get("severity"), "severity"),
-            action=_enum(where, rid, Action, item.get("action"), "action"),
-            message=message,
-            catalog=catalog,
-            attrs=dict(attrs),
-            join_back=join_back,
-            join_start=join_start,
-            examples=_strings(where, rid, item.get("examples", []), "examples"),
-            counter_examples=_strings(where, rid, item.get("counter_examples", []), "counter_examples"),
-            description=str(item.get("description", "")),
-            component=component,
-        )
-        if not rule.examples:
-            raise _fail(where, rid, "needs at least one example line")
-        for ex in rule.examples:
-            if not any(k in ex for k in keywords):
-                raise _fail(where, rid, f"example has none of the keywords: {ex!r}")
-            if not join_back and not pattern.search(ex):
-                raise _fail(where, rid, f"pattern does not match its example: {ex!r}")
-        for cex in rule.counter_examples:
-            if any(k in cex for k in keywords) and pattern.search(cex):
-                raise _fail(where, rid, f"pattern matches its counter-example: {cex!r}")
-        rules.append(rule)
+    rules = [_log_rule(where, rid, kind, item) for rid, kind, item in rule_tables(doc, where, _LOG_RULE_KEYS)]
     kinds = {r.kind for r in rules}
     missing = LOG_KINDS - kinds
     if missing and doc.get("require_all_kinds", True):
         raise ConfigError(f"{where}: no rule for kinds {sorted(missing)}")
     return tuple(rules)
+
+
+def _log_rule(where: str, rid: str, kind: str, item: Mapping[str, Any]) -> LogRule:
+    """One ``[[rule]]`` table, validated, its examples and counter-examples run."""
+    keywords = _strings(where, rid, item.get("keywords"), "keywords")
+    if not keywords or any(not k for k in keywords):
+        raise _fail(where, rid, "keywords must list at least one non-empty literal")
+    pattern = _compile(where, rid, item.get("pattern"))
+    catalog = item.get("catalog")
+    if catalog not in (None, "xid", "sxid"):
+        raise _fail(where, rid, f"catalog must be 'xid' or 'sxid' (got {catalog!r})")
+    if catalog and "code" not in pattern.groupindex:
+        raise _fail(where, rid, "a rule with a catalog needs a (?P<code>...) group")
+    attrs = item.get("attrs", {})
+    if not isinstance(attrs, dict) or not all(
+        isinstance(v, str | int | float | bool) for v in attrs.values()
+    ):
+        raise _fail(where, rid, "attrs must be a table of scalars")
+    join_back = item.get("join_back", 0)
+    if not isinstance(join_back, int) or not 0 <= join_back <= 8:
+        raise _fail(where, rid, "join_back must be an integer 0..8")
+    join_start = None
+    if join_back:
+        join_start = _compile(where, rid, item.get("join_start"), "join_start")
+    message = item.get("message", "{kind}")
+    if not isinstance(message, str):
+        raise _fail(where, rid, "message must be a string")
+    component = item.get("component")
+    if component is not None and (not isinstance(component, str) or not _COMPONENT.fullmatch(component)):
+        raise _fail(where, rid, f"component must be a lower-case identifier such as 'gpu' (got {component!r})")
+    rule = LogRule(
+        id=rid,
+        kind=kind,
+        keywords=keywords,
+        pattern=pattern,
+        severity=_enum(where, rid, Severity, item.get("severity"), "severity"),
+        action=_enum(where, rid, Action, item.get("action"), "action"),
+        message=message,
+        catalog=catalog,
+        attrs=dict(attrs),
+        join_back=join_back,
+        join_start=join_start,
+        examples=_strings(where, rid, item.get("examples", []), "examples"),
+        counter_examples=_strings(where, rid, item.get("counter_examples", []), "counter_examples"),
+        description=str(item.get("description", "")),
+        component=component,
+    )
+    _check_examples(where, rule)
+    return rule
+
+
+def _check_examples(where: str, rule: LogRule) -> None:
+    """Every example must produce the rule's event, no counter-example may."""
+    if not rule.examples:
+        raise _fail(where, rule.id, "needs at least one example line")
+    for ex in rule.examples:
+        if not any(k in ex for k in rule.keywords):
+            raise _fail(where, rule.id, f"example has none of the keywords: {ex!r}")
+        if not rule.join_back and not rule.pattern.search(ex):
+            raise _fail(where, rule.id, f"pattern does not match its example: {ex!r}")
+    for cex in rule.counter_examples:
+        if any(k in cex for k in rule.keywords) and rule.pattern.search(cex):
+            raise _fail(where, rule.id, f"pattern matches its counter-example: {cex!r}")
 
 
 _BUCKETS = frozenset({

@@ -136,7 +136,10 @@ def _num(v: Scalar) -> float | None:
     return float(v) if isinstance(v, int | float) else None
 
 
-def _test(c: Condition, comp: str, ctx: Context) -> tuple[bool, dict[str, Scalar]]:
+Facts = dict[str, Scalar]
+
+
+def _test(c: Condition, comp: str, ctx: Context) -> tuple[bool, Facts]:
     """Whether ``c`` holds on ``comp``, and the facts for the message. A metric written
     ``node.<name>`` is read from the node's values (e.g. ``node.uptime_s``)."""
     values = ctx.values.get(comp, {})
@@ -146,64 +149,16 @@ def _test(c: Condition, comp: str, ctx: Context) -> tuple[bool, dict[str, Scalar
     v = _value(values, c.metrics)
     if v is None:
         return False, {}
-    facts: dict[str, Scalar] = {"value": v, "threshold": c.threshold}
+    facts: Facts = {"value": v, "threshold": c.threshold}
     op = c.op
     if op in _CMP:
-        t = c.threshold
-        if isinstance(v, str) != isinstance(t, str):
-            return False, facts
-        try:
-            return bool(_CMP[op](v, t)), facts
-        except TypeError:
-            return False, facts
+        return _compare(c, v), facts
     if op in ("gt_metric", "lt_metric", "ne_metric"):
-        o = values.get(c.other or "")
-        if o is None:
-            return False, facts
-        facts["other"] = o
-        if op == "ne_metric":
-            return v != o, facts
-        nv, no = _num(v), _num(o)
-        if nv is None or no is None:
-            return False, facts
-        limit = no + c.offset
-        facts["limit"] = limit
-        return (nv > limit) if op == "gt_metric" else (nv < limit), facts
+        return _vs_metric(c, v, values, facts), facts
     if op in ("increase", "rate_per_hour"):
-        # the counters this component has (an HCA may lack some of a summed list)
-        present = [m for m in c.metrics if _num(values.get(m)) is not None]
-        prev = [ctx.previous.get((comp, m)) for m in present]
-        nv = _num(v)
-        if nv is None or any(p is None for p in prev):
-            return False, facts
-        pv = sum(p[0] for p in prev if p is not None)
-        pt = min(p[1] for p in prev if p is not None)
-        delta = nv - pv
-        facts["delta"] = delta
-        if delta < 0:
-            return False, facts  # counter reset: new baseline
-        if op == "increase":
-            return delta > float(c.threshold or 0), facts
-        hours = (ctx.now - pt) / 3600.0
-        if hours <= 0:
-            return False, facts
-        rate = delta / hours
-        facts["rate"] = round(rate, 2)
-        return rate > float(c.threshold or 0), facts
+        return _change(c, v, comp, values, ctx, facts), facts
     if op == "below_group_max":
-        key = values.get(c.group_by or "")
-        prefix = comp.split(":", 1)[0] + ":"
-        peers = [
-            _num(_value(vals, c.metrics))
-            for other, vals in ctx.values.items()
-            if other.startswith(prefix) and vals.get(c.group_by or "") == key
-        ]
-        best = max((p for p in peers if p is not None), default=None)
-        nv = _num(v)
-        if best is None or nv is None:
-            return False, facts
-        facts["other"] = best
-        return nv < best, facts
+        return _below_group(c, v, comp, values, ctx, facts), facts
     if op == "bits_any":
         if not isinstance(v, int) or isinstance(v, bool):
             return False, facts
@@ -211,6 +166,75 @@ def _test(c: Condition, comp: str, ctx: Context) -> tuple[bool, dict[str, Scalar
         facts["reasons"] = ", ".join(reason_names(hit))
         return hit != 0, facts
     raise AssertionError(op)
+
+
+def _compare(c: Condition, v: Scalar) -> bool:
+    t = c.threshold
+    if isinstance(v, str) != isinstance(t, str):
+        return False
+    try:
+        return bool(_CMP[c.op](v, t))
+    except TypeError:
+        return False
+
+
+def _vs_metric(c: Condition, v: Scalar, values: Values, facts: Facts) -> bool:
+    """``gt_metric``/``lt_metric``/``ne_metric``: against metric ``other`` of the component."""
+    o = values.get(c.other or "")
+    if o is None:
+        return False
+    facts["other"] = o
+    if c.op == "ne_metric":
+        return v != o
+    nv, no = _num(v), _num(o)
+    if nv is None or no is None:
+        return False
+    limit = no + c.offset
+    facts["limit"] = limit
+    return (nv > limit) if c.op == "gt_metric" else (nv < limit)
+
+
+def _change(c: Condition, v: Scalar, comp: str, values: Values, ctx: Context, facts: Facts) -> bool:
+    """``increase``/``rate_per_hour``: since the previous value (a counter that went down is a
+    new baseline)."""
+    # the counters this component has (an HCA may lack some of a summed list)
+    present = [m for m in c.metrics if _num(values.get(m)) is not None]
+    prev = [ctx.previous.get((comp, m)) for m in present]
+    nv = _num(v)
+    if nv is None or any(p is None for p in prev):
+        return False
+    pv = sum(p[0] for p in prev if p is not None)
+    pt = min(p[1] for p in prev if p is not None)
+    delta = nv - pv
+    facts["delta"] = delta
+    if delta < 0:
+        return False  # counter reset: new baseline
+    if c.op == "increase":
+        return delta > float(c.threshold or 0)
+    hours = (ctx.now - pt) / 3600.0
+    if hours <= 0:
+        return False
+    rate = delta / hours
+    facts["rate"] = round(rate, 2)
+    return rate > float(c.threshold or 0)
+
+
+def _below_group(c: Condition, v: Scalar, comp: str, values: Values, ctx: Context, facts: Facts) -> bool:
+    """``below_group_max``: below the largest value among the components with the same
+    ``group_by`` value."""
+    key = values.get(c.group_by or "")
+    prefix = comp.split(":", 1)[0] + ":"
+    peers = [
+        _num(_value(vals, c.metrics))
+        for other, vals in ctx.values.items()
+        if other.startswith(prefix) and vals.get(c.group_by or "") == key
+    ]
+    best = max((p for p in peers if p is not None), default=None)
+    nv = _num(v)
+    if best is None or nv is None:
+        return False
+    facts["other"] = best
+    return nv < best
 
 
 class _Facts(dict[str, Any]):

@@ -146,78 +146,100 @@ def _example(where: str, rid: str, raw: Any) -> Example:
 
 def build_engine_rules(doc: Mapping[str, Any], where: str) -> tuple[EngineRule, ...]:
     """Validate parsed TOML (``[[rule]]`` tables) into engine rules; ConfigError names the rule."""
-    out: list[EngineRule] = []
-    for rid, kind, item in rule_tables(doc, where, _KEYS, required=False):
+    return tuple(_engine_rule(where, rid, kind, item)
+                 for rid, kind, item in rule_tables(doc, where, _KEYS, required=False))
 
-        def bad(msg: str, rid: str = rid) -> ConfigError:
-            return ConfigError(f"{where}: rule {rid!r}: {msg}")
 
-        on = item.get("on", "observation")
-        if on not in ("observation", "finding"):
-            raise bad(f"on must be 'observation' or 'finding' (got {on!r})")
-        rtype = item.get("type", "count" if on == "finding" else "threshold")
-        if rtype not in TYPES:
-            raise bad(f"type must be one of {sorted(TYPES)} (got {rtype!r})")
-        if (on == "finding") != (rtype == "count"):
-            raise bad("finding rules use type 'count'; observation rules threshold/delta/rate/onsets")
-        op = item.get("op", ">=" if rtype in ("count", "onsets") else ">")
-        if op not in OPS:
-            raise bad(f"op must be one of {sorted(OPS)} (got {op!r})")
-        threshold = item.get("threshold", 1 if rtype in ("count", "onsets") else None)
-        if isinstance(threshold, bool) or not isinstance(threshold, int | float | str):
-            raise bad("threshold must be a number (or text with == / !=)")
-        if isinstance(threshold, str) and (op not in ("==", "!=") or rtype != "threshold"):
-            raise bad("a text threshold only works with type threshold and op == or !=")
-        try:
-            severity = Severity(Severity.parse(str(item.get("severity", ""))))
-            action = Action(Action.parse(str(item.get("action", "none"))))
-            fsev = (Severity(Severity.parse(str(item["flap_severity"])))
-                    if "flap_severity" in item else None)
-            fact = Action(Action.parse(str(item["flap_action"]))) if "flap_action" in item else None
-        except ValueError as exc:
-            raise bad(str(exc)) from exc
-        codes = item.get("match_code", [])
-        codes = [codes] if isinstance(codes, int) else codes
-        if not isinstance(codes, list) or not all(isinstance(c, int) for c in codes):
-            raise bad("match_code must be an integer or a list of integers")
-        group_by = item.get("group_by", "component")
-        if group_by not in GROUPS:
-            raise bad(f"group_by must be one of {sorted(GROUPS)}")
-        window = _num(where, rid, item, "window_s", 0.0)
-        if rtype in ("rate", "delta", "onsets") and window <= 0:
-            raise bad(f"type {rtype} needs window_s > 0")
-        per_s = _num(where, rid, item, "per_s", 1.0)
-        if per_s <= 0:
-            raise bad("per_s must be > 0")
-        flaps = item.get("flap_transitions", 0)
-        if isinstance(flaps, bool) or not isinstance(flaps, int) or flaps < 0 or flaps == 1:
-            raise bad("flap_transitions must be 0 (off) or an integer >= 2")
-        message = item.get("message", "{kind} on {component}: {value} (threshold {threshold})")
-        if not isinstance(message, str):
-            raise bad("message must be a string")
-        for name in ("metric", "source", "component", "match_kind", "match_rule"):
-            if not isinstance(item.get(name, "*"), str):
-                raise bad(f"{name} must be a string (a glob)")
-        examples = tuple(_example(where, rid, e) for e in item.get("examples", []))
-        if not examples:
-            raise bad("needs at least one [[rule.examples]] (a test runs them)")
-        out.append(EngineRule(
-            id=rid, kind=kind, on=on, type=rtype, op=op, threshold=threshold,
-            severity=severity, action=action, message=message,
-            reason=str(item.get("reason", _reason(rid))),
-            metric=item.get("metric", "*"), source=item.get("source", "*"),
-            component=item.get("component", "*"), match_kind=item.get("match_kind", "*"),
-            match_codes=tuple(codes), match_rule=item.get("match_rule", "*"),
-            group_by=group_by, window_s=window, per_s=per_s,
-            for_s=_num(where, rid, item, "for_s", 0.0),
-            clear_after_s=_num(where, rid, item, "clear_after_s", 0.0),
-            boot_grace_s=_num(where, rid, item, "boot_grace_s", 0.0),
-            flap_transitions=flaps,
-            flap_window_s=_num(where, rid, item, "flap_window_s", 3600.0),
-            flap_severity=fsev, flap_action=fact, examples=examples,
-            max_gap_s=_num(where, rid, item, "max_gap_s", 0.0),
-        ))
-    return tuple(out)
+Bad = Callable[[str], ConfigError]
+
+
+def _engine_rule(where: str, rid: str, kind: str, item: Mapping[str, Any]) -> EngineRule:
+    def bad(msg: str) -> ConfigError:
+        return ConfigError(f"{where}: rule {rid!r}: {msg}")
+
+    on, rtype, op, threshold = _test_of(item, bad)
+    severity, action, fsev, fact = _grades(item, bad)
+    codes, group_by = _matching(item, bad)
+    window = _num(where, rid, item, "window_s", 0.0)
+    if rtype in ("rate", "delta", "onsets") and window <= 0:
+        raise bad(f"type {rtype} needs window_s > 0")
+    per_s = _num(where, rid, item, "per_s", 1.0)
+    if per_s <= 0:
+        raise bad("per_s must be > 0")
+    flaps = item.get("flap_transitions", 0)
+    if isinstance(flaps, bool) or not isinstance(flaps, int) or flaps < 0 or flaps == 1:
+        raise bad("flap_transitions must be 0 (off) or an integer >= 2")
+    message = item.get("message", "{kind} on {component}: {value} (threshold {threshold})")
+    if not isinstance(message, str):
+        raise bad("message must be a string")
+    for name in ("metric", "source", "component", "match_kind", "match_rule"):
+        if not isinstance(item.get(name, "*"), str):
+            raise bad(f"{name} must be a string (a glob)")
+    examples = tuple(_example(where, rid, e) for e in item.get("examples", []))
+    if not examples:
+        raise bad("needs at least one [[rule.examples]] (a test runs them)")
+    return EngineRule(
+        id=rid, kind=kind, on=on, type=rtype, op=op, threshold=threshold,
+        severity=severity, action=action, message=message,
+        reason=str(item.get("reason", _reason(rid))),
+        metric=item.get("metric", "*"), source=item.get("source", "*"),
+        component=item.get("component", "*"), match_kind=item.get("match_kind", "*"),
+        match_codes=tuple(codes), match_rule=item.get("match_rule", "*"),
+        group_by=group_by, window_s=window, per_s=per_s,
+        for_s=_num(where, rid, item, "for_s", 0.0),
+        clear_after_s=_num(where, rid, item, "clear_after_s", 0.0),
+        boot_grace_s=_num(where, rid, item, "boot_grace_s", 0.0),
+        flap_transitions=flaps,
+        flap_window_s=_num(where, rid, item, "flap_window_s", 3600.0),
+        flap_severity=fsev, flap_action=fact, examples=examples,
+        max_gap_s=_num(where, rid, item, "max_gap_s", 0.0),
+    )
+
+
+def _test_of(item: Mapping[str, Any], bad: Bad) -> tuple[str, str, str, Any]:
+    """``on``, ``type``, ``op`` and ``threshold`` of a rule, checked together."""
+    on = item.get("on", "observation")
+    if on not in ("observation", "finding"):
+        raise bad(f"on must be 'observation' or 'finding' (got {on!r})")
+    rtype = item.get("type", "count" if on == "finding" else "threshold")
+    if rtype not in TYPES:
+        raise bad(f"type must be one of {sorted(TYPES)} (got {rtype!r})")
+    if (on == "finding") != (rtype == "count"):
+        raise bad("finding rules use type 'count'; observation rules threshold/delta/rate/onsets")
+    op = item.get("op", ">=" if rtype in ("count", "onsets") else ">")
+    if op not in OPS:
+        raise bad(f"op must be one of {sorted(OPS)} (got {op!r})")
+    threshold = item.get("threshold", 1 if rtype in ("count", "onsets") else None)
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float | str):
+        raise bad("threshold must be a number (or text with == / !=)")
+    if isinstance(threshold, str) and (op not in ("==", "!=") or rtype != "threshold"):
+        raise bad("a text threshold only works with type threshold and op == or !=")
+    return on, rtype, op, threshold
+
+
+def _grades(item: Mapping[str, Any], bad: Bad) -> tuple[Severity, Action, Severity | None, Action | None]:
+    """Severity and action, and those of a flapping alarm."""
+    try:
+        severity = Severity(Severity.parse(str(item.get("severity", ""))))
+        action = Action(Action.parse(str(item.get("action", "none"))))
+        fsev = (Severity(Severity.parse(str(item["flap_severity"])))
+                if "flap_severity" in item else None)
+        fact = Action(Action.parse(str(item["flap_action"]))) if "flap_action" in item else None
+    except ValueError as exc:
+        raise bad(str(exc)) from exc
+    return severity, action, fsev, fact
+
+
+def _matching(item: Mapping[str, Any], bad: Bad) -> tuple[list[int], str]:
+    """The codes a finding rule matches and what a rule's values are grouped by."""
+    codes = item.get("match_code", [])
+    codes = [codes] if isinstance(codes, int) else codes
+    if not isinstance(codes, list) or not all(isinstance(c, int) for c in codes):
+        raise bad("match_code must be an integer or a list of integers")
+    group_by = item.get("group_by", "component")
+    if group_by not in GROUPS:
+        raise bad(f"group_by must be one of {sorted(GROUPS)}")
+    return codes, str(group_by)
 
 
 def parse_toml(text: str, where: str) -> dict[str, Any]:
