@@ -42,9 +42,9 @@ class DataRoot(type(Path())):  # type: ignore[misc]
             path = root.joinpath(*parts)
             if path.exists():
                 return path
-        name = Path(*parts).as_posix()
+        name = Path(self.roots[-1].name, *parts).as_posix()
         pytest.skip(f"missing {name}: not vendored in tests/data (licence, see tests/data/SOURCES.md)"
-                    f" and not in {self.roots[-1]} (../shared is not beside this clone)")
+                    f" and not in {self.roots[-1].parent} (../shared is not beside this clone)")
 
 
 def _data_root(name: str, *roots: Path) -> Path:
