@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import mmap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,9 +29,23 @@ def read_bytes(path: Path) -> bytes:
 
 def read_trainlog(paths: list[Path]) -> TrainLog:
     """The training logs of one job (one file per rank or node, rotated pieces) as one."""
-    from minutiae.analyses.stragglers.formats import join, parse_log
+    from minutiae.analyses.stragglers.formats import join
 
-    return join([parse_log(read_bytes(p), str(p)) for p in paths])
+    return join([_read_log(p) for p in paths])
+
+
+def _read_log(path: Path) -> TrainLog:
+    """One log, mapped rather than read whole (a 1 GB log is parsed a chunk at a time)."""
+    from minutiae.analyses.stragglers.formats import parse_log
+
+    try:
+        with path.open("rb") as f:
+            if f.seek(0, io.SEEK_END) == 0:
+                return parse_log(b"", str(path))
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                return parse_log(m, str(path))
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror or exc})", str(path)) from None
 
 
 def read_timings(paths: list[Path]) -> tuple[pl.DataFrame, list[str]]:

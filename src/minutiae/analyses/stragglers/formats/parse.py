@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import io
+import mmap
 from collections.abc import Iterator, Sequence
 
 import polars as pl
@@ -30,18 +31,20 @@ from minutiae.analyses.stragglers.formats.types import (
 )
 
 CHUNK = 64 << 20
+Buffer = bytes | mmap.mmap
 RANKS_OUT = {"step": pl.Int32, "rank": pl.Int32, "seconds": pl.Float32, "section": pl.Categorical}
 _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 
 
-def _chunks(data: bytes, size: int) -> Iterator[tuple[int, bytes]]:
-    """(first line number, bytes of whole lines) pieces of ``data``."""
+def _chunks(data: Buffer, size: int, stop: int) -> Iterator[tuple[int, bytes]]:
+    """(first line number, bytes of whole lines) pieces of ``data[:stop]`` (``data`` may be an
+    mmap of the file: only one piece is in memory at a time)."""
     start, line0 = 0, 1
-    while start < len(data):
-        end = min(len(data), start + size)
-        if end < len(data):
+    while start < stop:
+        end = min(stop, start + size)
+        if end < stop:
             cut = data.rfind(b"\n", start, end)
-            end = cut + 1 if cut >= start else (data.find(b"\n", end) + 1 or len(data))
+            end = cut + 1 if cut >= start else (data.find(b"\n", end) + 1 or stop)
         piece = data[start:end]
         yield line0, piece
         line0 += piece.count(b"\n")
@@ -65,7 +68,7 @@ def _lines(piece: bytes, line0: int) -> pl.DataFrame:
     return strip_frame(df)
 
 
-def first_line(data: bytes) -> str:
+def first_line(data: Buffer) -> str:
     """The first non-empty line, verbatim (at most 300 characters; control characters such as
     tqdm's ``\\r`` or ANSI colours shown escaped, nothing else changed)."""
     for raw in data[:65536].split(b"\n"):
@@ -76,22 +79,20 @@ def first_line(data: bytes) -> str:
     return ""
 
 
-def parse_log(data: bytes, where: str, chunk: int = CHUNK) -> TrainLog:
-    """Every record of every known format in one file."""
+def parse_log(data: Buffer, where: str, chunk: int = CHUNK) -> TrainLog:
+    """Every record of every known format in one file (``bytes`` or an ``mmap`` of it)."""
     skipped: list[Skipped] = []
-    if data and not data.endswith(b"\n"):
-        n_lines = data.count(b"\n") + 1
-        cut = data.rfind(b"\n") + 1
-        skipped.append(Skipped(f"{where}:{n_lines}", "truncated last line (no newline), not read",
-                               1))
-        data = data[:cut]
+    stop = len(data)
+    truncated = bool(stop) and data[stop - 1:stop] != b"\n"
+    if truncated:
+        stop = data.rfind(b"\n") + 1
     readers: list[LineReader] = [r() for r in READERS]
     for r in readers:
         r.where = where
     carry = megatron.Carry()
     ranks, steps, minmax, bad, orphans = [], [], [], [], []
     lines = key_value = 0
-    for line0, piece in _chunks(data, chunk):
+    for line0, piece in _chunks(data, chunk, stop):
         df = _lines(piece, line0)
         lines = line0 + piece.count(b"\n") - 1
         found = megatron.read(df, carry)
@@ -105,6 +106,9 @@ def parse_log(data: bytes, where: str, chunk: int = CHUNK) -> TrainLog:
         _feed(readers, found.rest)
     for r in readers:
         r.finish()
+    if truncated:
+        skipped.insert(0, Skipped(f"{where}:{lines + 1}", "truncated last line (no newline), "
+                                  "not read", 1))
     mega_ranks = megatron.drop_nested(pl.concat(ranks)) if ranks else pl.DataFrame(
         schema=RANKS_OUT)
     lost = pl.concat(orphans) if orphans else pl.DataFrame(schema={"no": pl.Int64})
@@ -125,7 +129,7 @@ def _feed(readers: list[LineReader], rest: pl.DataFrame) -> None:
                 break
 
 
-def _assemble(where: str, data: bytes, readers: list[LineReader], mega_ranks: pl.DataFrame,
+def _assemble(where: str, data: Buffer, readers: list[LineReader], mega_ranks: pl.DataFrame,
               steps: list[pl.DataFrame], minmax: list[pl.DataFrame], bad: list[pl.DataFrame],
               skipped: list[Skipped], lines: int) -> TrainLog:
     py_ranks = [row for r in readers for row in r.rows.ranks]
