@@ -10,6 +10,28 @@ from rich.table import Table
 from minutiae.cli.regress_common import emit_json, history_options, load, make_console, pct, when
 
 
+def _record(paths: list[Path], db: Path | None, run_id: str | None, signature: str | None,
+            as_json: bool) -> None:
+    """A run's training log into the run history (the analysis is ``joblevel``'s)."""
+    from minutiae.analyses.stragglers.joblevel import analyse_job, job_record
+    from minutiae.analyses.stragglers.read import read_trainlog
+    from minutiae.errors import ConfigError, InputError
+    from minutiae.history.store import RunStore, record_run
+
+    if db is None or not run_id or not signature:
+        raise ConfigError("--record-log needs --db, --run-id and --signature")
+    report = analyse_job(read_trainlog(paths))
+    try:
+        start = min(p.stat().st_mtime for p in paths)
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror or exc})", str(paths[0])) from None
+    record_run(RunStore(db), job_record(report, run_id, signature, start))
+    if not as_json:
+        for line in report.lines():
+            click.echo(line, err=True)
+        click.echo(f"recorded {run_id} ({signature}) into {db}", err=True)
+
+
 @click.command("regress")
 @history_options
 @click.option("--job", default=None, help="only this signature")
@@ -17,12 +39,21 @@ from minutiae.cli.regress_common import emit_json, history_options, load, make_c
               help="rollouts.csv (time,node,attr,old,new); default: rollouts.csv beside --runs if "
                    "present, else rollouts inferred from the runs' version columns")
 @click.option("--top", default=40, show_default=True, help="change points shown in the table (JSON: all)")
+@click.option("--record-log", "record_logs", multiple=True, type=click.Path(path_type=Path),
+              help="a training log of one run (repeat for its per-rank/rotated files): its "
+                   "job-level report is printed and the run recorded into --db before the search")
+@click.option("--run-id", default=None, help="with --record-log: the run's id")
+@click.option("--signature", default=None, help="with --record-log: the run's signature")
 @click.option("--no-node-adjust", "no_node_adjust", is_flag=True,
               help="search the measured step times as they are (default: first take out of each run "
                    "the slowdown its slowest node explains, fitted across the fleet)")
 def command(runs: Path | None, db: Path | None, since: str | None, as_json: bool, job: str | None,
-            rollouts_path: Path | None, prom: str | None, top: int, no_node_adjust: bool) -> None:
+            rollouts_path: Path | None, prom: str | None, top: int, no_node_adjust: bool,
+            record_logs: tuple[Path, ...] = (), run_id: str | None = None,
+            signature: str | None = None) -> None:
     """Find lasting changes in each signature's step time, and which rollout caused fleet changes."""
+    if record_logs:
+        _record(list(record_logs), db, run_id, signature, as_json)
     from minutiae.analyses.regress.detect import Stage, find_change_points, series_noise
     from minutiae.analyses.regress.nodes import NodeAdjustment, node_penalties
     from minutiae.analyses.whatchanged.rollouts import attribute_rollouts

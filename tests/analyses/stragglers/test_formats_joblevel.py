@@ -99,3 +99,23 @@ def test_megatron_deepspeed_real_log_records_a_run() -> None:
     rec = job_record(report, "r1", "llama-7b/tp2", 1.712e9)
     assert rec.metric is Metric.SECONDS_PER_STEP
     assert rec.value == pytest.approx(float(np.exp(np.median(np.log([21.1338, 20.2983])))))
+
+
+def test_regress_records_a_log_into_the_history(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from minutiae.cli.regress import command
+    from minutiae.history.store import RunStore
+
+    log = tmp_path / "train.log"
+    log.write_bytes((DATA / "megatron_deepspeed_aurora.log").read_bytes())
+    db = tmp_path / "runs.db"
+    res = CliRunner().invoke(command, ["--record-log", str(log), "--run-id", "llama-1",
+                                       "--signature", "llama-7b/tp2", "--db", str(db), "--json"])
+    assert res.exit_code == 0, res.output
+    (run,) = RunStore(db).load()
+    assert (run.run_id, run.signature) == ("llama-1", "llama-7b/tp2")
+    assert run.value == pytest.approx(float(np.exp(np.median(np.log([21.1338, 20.2983])))))
+    bad = CliRunner().invoke(command, ["--record-log", str(log), "--db", str(db)])
+    assert bad.exit_code != 0 and "needs --db, --run-id and --signature" in bad.output + str(
+        bad.exception)

@@ -30,7 +30,7 @@ from minutiae.analyses.stragglers.formats.types import (
     TrainLog,
 )
 
-CHUNK = 64 << 20
+CHUNK = 16 << 20
 Buffer = bytes | mmap.mmap
 RANKS_OUT = {"step": pl.Int32, "rank": pl.Int32, "seconds": pl.Float32, "section": pl.Categorical}
 _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
@@ -109,7 +109,7 @@ def parse_log(data: Buffer, where: str, chunk: int = CHUNK) -> TrainLog:
     if truncated:
         skipped.insert(0, Skipped(f"{where}:{lines + 1}", "truncated last line (no newline), "
                                   "not read", 1))
-    mega_ranks = megatron.drop_nested(pl.concat(ranks)) if ranks else pl.DataFrame(
+    mega_ranks = megatron.drop_nested(pl.concat(ranks, rechunk=False)) if ranks else pl.DataFrame(
         schema=RANKS_OUT)
     lost = pl.concat(orphans) if orphans else pl.DataFrame(schema={"no": pl.Int64})
     if lost.height:
@@ -154,7 +154,7 @@ def _assemble(where: str, data: Buffer, readers: list[LineReader], mega_ranks: p
         *((r.name, r.seen > 0 or bool(r.totals)) for r in readers)) if hit)
     evidence = _with_steps(tuple(e for r in readers for e in r.rows.evidence), step_df)
     totals = tuple(sorted((f"{r.name}.{k}", v) for r in readers for k, v in r.totals.items()))
-    return TrainLog(formats, pl.concat(rank_frames), step_df.sort("line"), mm, evidence,
+    return TrainLog(formats, pl.concat(rank_frames, rechunk=False), step_df.sort("line"), mm, evidence,
                     tuple(skipped), first_line(data), lines, totals)
 
 
