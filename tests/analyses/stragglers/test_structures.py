@@ -193,3 +193,19 @@ def test_layout_contradicting_stage_or_node_columns_is_refused() -> None:
         analyse_runs(shifted, "x", None, Options(layout=Layout.parse("tp=8,pp=8,dp=4")))
     ok = analyse_runs(df, "x", None, Options(layout=Layout.parse("tp=8,pp=8,dp=4")))
     assert ok.suspects == ()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_two_rank_jobs_get_the_self_baseline(seed: int) -> None:
+    # before: refused ("at least 3 are needed")
+    slow = worlds.World("two", seed, tp=1, dp=2, job_sd=0.03,
+                        faults=(worlds.Fault("gpu", 1, 0.10, 100),))
+    r = analyse_runs(worlds.table(slow), "two", None, Options())
+    assert [s.rank for s in r.suspects] == [1] and r.suspects[0].detected_step <= 104
+    assert any(w.startswith("2 ranks:") for w in r.warnings)
+    assert analyse_runs(worlds.table(worlds.World("two", seed, tp=1, dp=2)), "two", None,
+                        Options()).suspects == ()
+    # rank 0 getting 10 % faster makes rank 1 look slower: its own history says it is not
+    w = worlds.World("two", seed, tp=1, dp=2, faults=(worlds.Fault("gpu", 0, -0.09, 100),))
+    r = analyse_runs(worlds.table(w), "two", None, Options())
+    assert r.suspects == () and any("the other rank got faster" in x for x in r.warnings)

@@ -47,10 +47,16 @@ from minutiae.analyses.stragglers.moving import split_moving, still_slow
 from minutiae.analyses.stragglers.nodes import NodeLayout
 from minutiae.analyses.stragglers.peers import PeerReference
 from minutiae.analyses.stragglers.prep import TimingMatrix, log_times
-from minutiae.analyses.stragglers.types import Basis, Design, StoppedRank, StragglerReport
+from minutiae.analyses.stragglers.types import (
+    Basis,
+    Design,
+    StoppedRank,
+    StragglerReport,
+    Suspect,
+)
 from minutiae.errors import DataError
 
-MIN_RANKS = 3
+MIN_RANKS = 2
 #: standard errors of a self-baseline's offset subtracted from each increment of its tests
 BIAS_Z = 3.0
 DEFAULT_RANKS_PER_NODE = 8
@@ -120,7 +126,7 @@ class StragglerAnalysis:
     def __init__(self, warm: TimingMatrix, options: Options = Options(), where: str = "") -> None:
         n_r = warm.ranks.size
         if n_r < MIN_RANKS:
-            raise DataError(f"{n_r} rank(s): at least {MIN_RANKS} are needed to compare peers "
+            raise DataError(f"{n_r} rank(s): at least {MIN_RANKS} are needed to compare ranks "
                             "(a Megatron log needs --timing-log-option all for per-rank times)",
                             where or None)
         if warm.steps.size < 3:
@@ -185,9 +191,21 @@ class StragglerAnalysis:
             self.comm = SeriesDetector(
                 self.groups, csig, self.design, self.comm_peers,
                 BIAS_Z * self.comm_peers.offset_error() / csig[self.groups])
+        self._job_level(warm)
+
+    def _job_level(self, warm: TimingMatrix) -> None:
+        """The whole job's series, what the data cannot show, and the 2-rank self-baseline."""
         self.steps_seen: list[np.ndarray] = []
         self.total_medians: list[float] = []
         self.series = JobSeries()
+        #: 2-rank jobs: each rank's own log compute time (the self-baseline says which changed)
+        self.pair: list[tuple[np.ndarray, np.ndarray]] | None = (
+            [] if warm.ranks.size == 2 else None)
+        if self.pair is not None:
+            self.warnings.append(
+                "2 ranks: each is compared with the other and with its own history (a suspect's "
+                "own step time must have risen since the warm-up; otherwise the other rank got "
+                "faster, which is not a fault)")
         self.data_limits: list[str] = []
         waits = wait_included(warm.total) if warm.basis is Basis.STEP else None
         if waits is not None:
@@ -256,6 +274,8 @@ class StragglerAnalysis:
             fresh += self.nodes.update_ratio(self.layout.medians(node_r), m.steps).size
         fresh += self.compute.update_ratio(r, m.steps).size
         self.series.add(m.steps, "step", m.total)
+        if self.pair is not None:
+            self.pair.append((m.steps, log_times(m.compute)))
         if self.comm is not None and m.comm is not None:
             own = self._own_comm(m)
             self.series.add(m.steps, "communication", own)
@@ -269,6 +289,25 @@ class StragglerAnalysis:
             med = fast_median(sample, axis=1)
             self.total_medians.extend(med.tolist())
         return fresh
+
+    def _own_history(self, suspects: list[Suspect]) -> list[Suspect]:
+        """2-rank jobs: keep a suspect only if its own time rose by half its slowdown."""
+        if not self.pair or not suspects:
+            return suspects
+        steps = np.concatenate([s for s, _ in self.pair])
+        logx = np.concatenate([x for _, x in self.pair])
+        keep = []
+        for s in suspects:
+            i = int(np.flatnonzero(self.meta.ranks == s.rank)[0])
+            rise = _own_rise(steps, logx, i, s.since_step, self.options.warmup)
+            if rise >= 0.5 * np.log1p(s.slowdown):
+                keep.append(s)
+            else:
+                self.warnings.append(
+                    f"rank {s.rank} is {s.slowdown:+.1%} relative to the other rank since step "
+                    f"{s.since_step} but its own step time rose only {np.expm1(rise):+.1%}: "
+                    "the other rank got faster (not a suspect)")
+        return keep
 
     def report(self) -> StragglerReport:
         steps = np.concatenate(self.steps_seen) if self.steps_seen else np.zeros(0, np.int64)
@@ -289,6 +328,7 @@ class StragglerAnalysis:
         # moving first: a recovered hot spot is evidence of the pattern, whatever its size
         suspects, workload = split_moving(suspects, rows, index, steps,
                                           self.options.min_slowdown)
+        suspects = self._own_history(suspects)
         suspects, below = above_floor(suspects, self.options.min_slowdown, first,
                                       self.options.warmup, spread(self.compute),
                                       still_slow(rows, index))
@@ -316,6 +356,17 @@ class StragglerAnalysis:
             min_slowdown=self.options.min_slowdown, slowest=listed, below_floor=below,
             workload=workload, job_level=self.series.changes(),
             data_limits=tuple(self.data_limits))
+
+
+def _own_rise(steps: np.ndarray, logx: np.ndarray, i: int, since: int, warmup: int) -> float:
+    """How much rank ``i``'s own log time rose from its warm-up to the steps since ``since``,
+    beyond what the other rank's did (a job-wide change moves both)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        before = np.nanmedian(logx[:warmup], axis=0)
+        after = np.nanmedian(logx[steps >= since], axis=0)
+    rise = after - before
+    return float(rise[i]) if np.isfinite(rise[i]) else 0.0
 
 
 def analyse(m: TimingMatrix, options: Options = Options(), where: str = "") -> StragglerReport:
