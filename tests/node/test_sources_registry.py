@@ -25,7 +25,7 @@ def test_every_entry_meets_the_seam_and_has_a_unique_name() -> None:
 
 
 def test_groups_come_from_the_registry_in_display_order() -> None:
-    assert GROUPS == ("gpu", "ib", "pcie", "kernel_log")
+    assert GROUPS == ("gpu", "ib", "pcie", "kernel_log", "kernel")
     assert CheckConfig().checks == GROUPS
 
 

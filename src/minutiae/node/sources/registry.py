@@ -12,6 +12,7 @@ from minutiae.node.sources.kernel_log.source import KMSG
 from minutiae.node.sources.nvidia_smi.source import NVIDIA_SMI, NVLINK
 from minutiae.node.sources.nvml_source import NVML
 from minutiae.node.sources.pcie.source import PCIE
+from minutiae.node.sources.taint.source import TAINT
 from minutiae.node.sources.uptime.source import UPTIME_SOURCE
 
 REGISTRY: tuple[NodeSource, ...] = (
@@ -24,6 +25,7 @@ REGISTRY: tuple[NodeSource, ...] = (
     SYSFS_IB,       # ib: sysfs, when no capture is given
     PCIE,           # pcie: sysfs
     KMSG,           # kernel_log: /dev/kmsg or a file
+    TAINT,          # kernel: taint flags (a machine check, an OOPS since boot)
 )
 
 #: the check groups, in display order (what ``--checks`` accepts)

@@ -1,0 +1,1 @@
+"""minutiae.node.sources.taint"""
