@@ -1,7 +1,10 @@
 """Localisation: from alarmed ranks to the GPU, node, link or leaf switch to blame.
 
 Rules (documented in docs/stragglers.md):
-- the node-level test (median of a node's ranks, ``stragglers_nodes``) alarms -> the node;
+- the node-level test (median of a node's ranks, ``stragglers_nodes``) alarms -> the node,
+  unless fewer than 75 % of its ranks alarmed and the node's slowdown is under half its
+  slowest alarmed GPU's (over thousands of steps one slow GPU moves the median of 8 enough
+  for the slow test: that is the GPU's shadow, and the GPU is blamed);
 - compute alarms on at least 75 % of a node's ranks (and at least two) -> the node;
   otherwise each alarmed rank -> its GPU;
 - communication-only alarms: when at least half of a node's ranks alarm the node counts as
@@ -25,6 +28,8 @@ from minutiae.analyses.stragglers.types import Basis, Scope, Suspect
 NODE_SHARE = 0.75
 COMM_NODE_SHARE = 0.5
 LEAF_SHARE = 0.75
+#: a node alarm smaller than this share of its slowest alarmed GPU's is that GPU's shadow
+ONE_GPU_SHARE = 0.5
 
 
 class RankMeta:
@@ -110,6 +115,9 @@ def locate(meta: RankMeta, compute: Alarms, comm: Alarms | None, basis: Basis,
         for n_i, h in _hits(alarms).items():
             idx = node_ranks[n_i]
             inside = [chits[i] for i in idx.tolist() if i in chits]
+            if (inside and len(inside) < NODE_SHARE * idx.size
+                    and h.slowdown < ONE_GPU_SHARE * max(x.slowdown for x in inside)):
+                continue  # the node's median moved by its one slow GPU: blame the GPU
             rep = max(inside, key=lambda x: x.slowdown).i if inside else int(idx[0])
             nh = _Hit(rep, h.slowdown, h.lo, h.hi, min([h.since] + [x.since for x in inside]),
                       min([h.detected] + [x.detected for x in inside]), h.detector, h.score)
