@@ -167,7 +167,7 @@ def _ranks(rl: pl.DataFrame, state: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
 
 def drop_nested(ranks: pl.DataFrame) -> pl.DataFrame:
     """Timers nested in ``forward-backward`` double count it: dropped when it is present."""
-    names = ranks["section"].cast(pl.String).unique().to_list() if ranks.height else []
+    names = ranks["section"].unique().cast(pl.String).to_list() if ranks.height else []
     if "forward-backward" in names:
         drop = [n for n in names if n and n != "forward-backward"
                 and (n.startswith("forward-") or n.startswith("backward-"))]

@@ -134,7 +134,9 @@ def _assemble(where: str, data: Buffer, readers: list[LineReader], mega_ranks: p
               skipped: list[Skipped], lines: int) -> TrainLog:
     py_ranks = [row for r in readers for row in r.rows.ranks]
     py_steps = [row for r in readers for row in r.rows.steps]
-    rank_frames = [mega_ranks.with_columns(pl.col("section").cast(pl.Categorical))
+    same = [str(t) for t in mega_ranks.dtypes] == ["Int32", "Int32", "Float32", "Categorical"]
+    rank_frames = [mega_ranks if same else mega_ranks
+                   .with_columns(pl.col("section").cast(pl.Categorical))
                    .cast(RANKS_OUT)]  # type: ignore[arg-type]
     if py_ranks:
         rank_frames.append(pl.DataFrame(py_ranks, schema=RANKS_OUT, orient="row"))
