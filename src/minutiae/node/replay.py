@@ -197,6 +197,44 @@ class _Previous(Mapping[tuple[str, str], tuple[float, float]]):
         return sum(len(v) for v in self._values.values())
 
 
+class GateSeries:
+    """The gated counter rules (``for_s``, ``clear_after_s``, ``type = "flap"``) over a recorded
+    series, judged as the agent's engine judges them (``rules.counters.gate.GateReplay``, state
+    carried), and the re-check times at which a verdict can change without a new sample (a
+    persistence, a window or a healthy delay ending). The backtest's and the sim eval's replays
+    (kernel log aside: ``count_signals``) all drive the gates through this."""
+
+    def __init__(self, rules: Sequence[CounterRule], node: str, end: float) -> None:
+        self.rules = tuple(r for r in rules if r.gate is not None)
+        self._gates = GateReplay(self.rules, node, end=end)
+        #: re-check times still to come, sorted, each once
+        self.ticks: list[float] = []
+
+    def judge(self, values: Mapping[str, Mapping[str, Any]], previous: Mapping[tuple[str, str], tuple[float, float]],
+              t: float, changed: bool) -> tuple[list[Finding], list[float]]:
+        """The gated rules' alarms at ``t`` and the re-check times this adds (``changed``: a new
+        sample, not a re-check)."""
+        return self._gates.check(judge(self.rules, Context(values, previous, t)), t, changed)
+
+    def check(self, values: Mapping[str, Mapping[str, Any]], previous: Mapping[tuple[str, str], tuple[float, float]],
+              t: float, changed: bool) -> list[Finding]:
+        """``judge``, its re-check times kept in ``ticks``."""
+        found, again = self.judge(values, previous, t, changed)
+        self.ticks = sorted({*self.ticks, *again})
+        return found
+
+    def next_tick(self) -> float | None:
+        return self.ticks[0] if self.ticks else None
+
+    def due(self, t: float) -> bool:
+        """Whether a re-check falls due by ``t`` (those are used up)."""
+        hit = False
+        while self.ticks and self.ticks[0] <= t:
+            self.ticks.pop(0)
+            hit = True
+        return hit
+
+
 #: the agent re-checks this soon: a rate that was high at a change sample is judged again
 RECHECK_S = 60.0
 
@@ -252,7 +290,7 @@ class _IbReplay:
         # longest wait; not forever (an alarm that holds to the end re-checks while it lasts)
         waits = [w for r in self.gated if r.gate is not None
                  for w in (r.gate.for_s, r.gate.clear_after_s, r.gate.window_s)]
-        self.gates = GateReplay(self.gated, node, end=last + 2 * max(waits, default=0.0) + 1.0)
+        self.gates = GateSeries(self.gated, node, end=last + 2 * max(waits, default=0.0) + 1.0)
         self.grouped = {m for r in self.group for m in (*r.cond.metrics, r.cond.group_by or "")}
         self.boots = boots
         grace = max((boot_grace_s(r) for r in rules), default=0.0)
@@ -301,7 +339,7 @@ class _IbReplay:
         found = evaluate(self.nongroup, Context(sub, previous, t)) + self.group_found
         if self.gated:  # the agent's engine over the gated rules' verdicts (shared with the sim eval)
             ordered = {**{c: self.values[c] for c in sorted(self.values)}, **node_vals}
-            gate_found, again = self.gates.check(judge(self.gated, Context(ordered, previous, t)), t, bool(changed))
+            gate_found, again = self.gates.judge(ordered, previous, t, bool(changed))
             found += gate_found
             self.ticks += [x for x in again if x not in self.ticks]
         self.had = {f.component for f in found if f.component}

@@ -24,11 +24,10 @@ def _kinds() -> list[str]:
           requires=("minutiae.node.sources.ib.parse_sysfs:parse_ib_port", "minutiae.rules.counters.model:evaluate"))
 def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
     from minutiae.model.snapshot import SnapshotBuilder
+    from minutiae.node.replay import GateSeries
     from minutiae.node.sources.ib.parse_sysfs import SOURCE, parse_ib_port
-    from minutiae.rules.counters.gate import GateReplay
     from minutiae.rules.counters.load import counter_rules
-    from minutiae.rules.counters.model import Context as RuleContext
-    from minutiae.rules.counters.model import boot_grace_s, context, evaluate, judge
+    from minutiae.rules.counters.model import boot_grace_s, context, evaluate
 
     rules = counter_rules()
     plain = tuple(r for r in rules if r.gate is None)
@@ -50,24 +49,21 @@ def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
         rows = list(ib_rows(path))
         active = _Active()
         gate_active = _Active()
-        replay = GateReplay(gated, node, end=ctx.ds.end)
+        gates = GateSeries(gated, node, end=ctx.ds.end)   # the agent's engine, as in the backtest
         rates: dict[tuple[str, str], float] = {}
         i = 0
         boots = ctx.ds.boots.get(node, [])
         # at the first sample (every `interval` from the start) at or after the grace's end
         recheck = sorted(ctx.ds.start + math.ceil((b + grace - ctx.ds.start) / interval) * interval
                          for b in boots if grace > 0 and b + grace > ctx.ds.start)
-        ticks: list[float] = []     # the gates' re-checks (a persistence or window can end)
-        while i < len(rows) or recheck or ticks:
+        while i < len(rows) or recheck or gates.ticks:
             t = min(x for x in (rows[i][0] if i < len(rows) else None,
                                 recheck[0] if recheck else None,
-                                ticks[0] if ticks else None) if x is not None)
+                                gates.next_tick()) if x is not None)
             graced_now = bool(recheck) and recheck[0] == t
             while recheck and recheck[0] == t:
                 recheck.pop(0)
-            tick_now = bool(ticks) and ticks[0] <= t
-            while ticks and ticks[0] <= t:
-                ticks.pop(0)
+            tick_now = gates.due(t)     # a persistence / window / healthy delay can end
             changed: set[tuple[str, str]] = set()
             regroup = False
             while i < len(rows) and rows[i][0] == t:
@@ -121,10 +117,7 @@ def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
                 values: dict[str, Any] = dict(port_vals)
                 if up is not None:
                     values["node"] = {"uptime_s": up}
-                verdicts = judge(gated, RuleContext(values, previous, t))
-                found_g, again = replay.check(verdicts, t, bool(changed) or graced_now)
-                ticks = sorted({*ticks, *again})
-                for f in gate_active.fresh(found_g):
+                for f in gate_active.fresh(gates.check(values, previous, t, bool(changed) or graced_now)):
                     d = ctx.detection("ib_counters", node, t, f)
                     if d is not None:
                         out.append(d)

@@ -28,11 +28,10 @@ def _kinds() -> list[str]:
           needs=("telemetry.parquet", "boots.csv"), kinds=_kinds, order=30,
           requires=("minutiae.node.sources.dcgm.parse:FIELDS", "minutiae.rules.counters.model:evaluate"))
 def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
+    from minutiae.node.replay import GateSeries
     from minutiae.node.sources.dcgm.parse import FIELDS
-    from minutiae.rules.counters.gate import GateReplay
     from minutiae.rules.counters.load import counter_rules
-    from minutiae.rules.counters.model import Context as RuleContext
-    from minutiae.rules.counters.model import context, evaluate, judge
+    from minutiae.rules.counters.model import context, evaluate
     from minutiae.sim.emit.telemetry import DCGM_FIELDS
     from minutiae.sim.world.fleet import gpu_bus
 
@@ -65,26 +64,24 @@ def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
         last: dict[tuple[str, str], float] = {}
         active = _Active()
         gate_active = _Active()
-        replay = GateReplay(gated, node, end=float(times[-1]))
-        ticks: list[float] = []     # the gates' re-checks (a persistence can end)
+        gates = GateSeries(gated, node, end=float(times[-1]))   # the agent's engine, as in the backtest
         gate_last: np.ndarray | None = None
         ks = np.flatnonzero(dirty.any(axis=1) | node_dirty).tolist()
         j = 0
-        while j < len(ks) or ticks:
+        while j < len(ks) or gates.ticks:
             tick_now = sample = False
-            if ticks and (j >= len(ks) or ticks[0] < times[ks[j]]):
-                # no new sample: the values of the latest one, judged later
-                t = ticks.pop(0)
+            nxt = gates.next_tick()
+            if nxt is not None and (j >= len(ks) or nxt < times[ks[j]]):
+                # no new sample: the values of the latest one, judged later (a persistence can end)
+                t = nxt
                 k = int(np.searchsorted(times, t, side="right")) - 1
-                tick_now = True
+                tick_now = gates.due(t)
             else:
                 sample = True
                 k = ks[j]
                 j += 1
                 t = float(times[k])
-                while ticks and ticks[0] <= t:
-                    ticks.pop(0)
-                    tick_now = True
+                tick_now = gates.due(t)
             if gated_cols:
                 cur = np.stack([np.where(present[k], grid[c][k], -1) for c in gated_cols])
                 gate_dirty = gate_last is None or not np.array_equal(cur, gate_last)
@@ -92,9 +89,7 @@ def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
                     gate_last = cur
                     vals = {comps[g]: {metric[c]: int(grid[c][k, g]) for c in gated_cols}
                             for g in np.flatnonzero(present[k])}
-                    found_g, again = replay.check(judge(gated, RuleContext(vals, {}, t)), t, gate_dirty)
-                    ticks = sorted({*ticks, *again})
-                    for f in gate_active.fresh(found_g):
+                    for f in gate_active.fresh(gates.check(vals, {}, t, gate_dirty)):
                         d = ctx.detection("telemetry", node, t, f)
                         if d is not None:
                             out.append(d)
