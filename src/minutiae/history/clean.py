@@ -31,6 +31,19 @@ def clean_runs(records: Sequence[RunRecord], now: float | None = None,
     future-time check; ``columns`` lists the input columns (to report missing versions only for
     attributes the input has)."""
     issues: list[HistoryIssue] = []
+    runs = _dedupe(records, issues)
+    runs = _twins(runs, issues)
+    _check_series(runs, issues)
+    for attr in (c for c in columns if c in STACK_KEYS):
+        missing = [r.run_id for r in runs if not r.attrs.get(attr)]
+        if missing:
+            issues.append(HistoryIssue(IssueKind.MISSING_VERSION,
+                                       f"{attr} missing on {len(missing)} of {len(runs)} runs "
+                                       "(treated as unknown, never as unchanged)", tuple(missing[:50])))
+    return _check_clock(runs, now, issues), issues
+
+
+def _dedupe(records: Sequence[RunRecord], issues: list[HistoryIssue]) -> list[RunRecord]:
     by_id: dict[str, RunRecord] = {}
     dups: list[str] = []
     conflicts: list[str] = []
@@ -50,8 +63,11 @@ def clean_runs(records: Sequence[RunRecord], now: float | None = None,
         issues.append(HistoryIssue(IssueKind.CONFLICT,
                                    f"{len(conflicts)} run_id(s) appear with different contents; "
                                    "the first row of each was kept", tuple(conflicts[:50])))
-    runs = sorted(by_id.values(), key=lambda r: (r.time, r.run_id))
-    # the same run recorded under two ids: same signature, time, value and nodes
+    return sorted(by_id.values(), key=lambda r: (r.time, r.run_id))
+
+
+def _twins(runs: list[RunRecord], issues: list[HistoryIssue]) -> list[RunRecord]:
+    """The same run recorded under two ids: same signature, time, value and nodes."""
     twin: list[str] = []
     by_sig_time: dict[tuple[str, int], RunRecord] = {}
     kept: list[RunRecord] = []
@@ -67,7 +83,10 @@ def clean_runs(records: Sequence[RunRecord], now: float | None = None,
         issues.append(HistoryIssue(IssueKind.DUPLICATE,
                                    f"{len(twin)} run(s) identical to another run under a different "
                                    "run_id (same signature, time, throughput, nodes) ignored", tuple(twin[:50])))
-    runs = kept
+    return kept
+
+
+def _check_series(runs: list[RunRecord], issues: list[HistoryIssue]) -> None:
     sizes: dict[str, set[str]] = {}
     for r in runs:
         sizes.setdefault(r.signature, set()).add(r.size)
@@ -82,12 +101,10 @@ def clean_runs(records: Sequence[RunRecord], now: float | None = None,
         issues.append(HistoryIssue(IssueKind.SINGLE_RUN,
                                    f"{len(once)} signature(s) seen once (no series to compare): "
                                    + ", ".join(once[:10]) + (" …" if len(once) > 10 else "")))
-    for attr in (c for c in columns if c in STACK_KEYS):
-        missing = [r.run_id for r in runs if not r.attrs.get(attr)]
-        if missing:
-            issues.append(HistoryIssue(IssueKind.MISSING_VERSION,
-                                       f"{attr} missing on {len(missing)} of {len(runs)} runs "
-                                       "(treated as unknown, never as unchanged)", tuple(missing[:50])))
+
+
+def _check_clock(runs: list[RunRecord], now: float | None,
+                 issues: list[HistoryIssue]) -> list[RunRecord]:
     if now is not None:
         future = [r.run_id for r in runs if r.time > now + FUTURE_TOLERANCE_S]
         if future:
@@ -101,4 +118,4 @@ def clean_runs(records: Sequence[RunRecord], now: float | None = None,
         issues.append(HistoryIssue(IssueKind.CLOCK_SKEW,
                                    f"{len(unset)} run(s) dated before 2000 (node clock not set?); kept",
                                    tuple(unset[:50])))
-    return runs, issues
+    return runs
