@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from minutiae.model import Observation
+from minutiae.model import Finding, Observation
+from minutiae.node.replay import GateSeries
 from minutiae.scoring.score import Detection
 from minutiae.sim.dataset import telemetry_batches
 from minutiae.sim.eval.detectors.base import Context, _Active, register
@@ -28,100 +29,126 @@ def _kinds() -> list[str]:
           needs=("telemetry.parquet", "boots.csv"), kinds=_kinds, order=30,
           requires=("minutiae.node.sources.dcgm.parse:FIELDS", "minutiae.rules.counters.model:evaluate"))
 def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
-    from minutiae.node.replay import GateSeries
-    from minutiae.node.sources.dcgm.parse import FIELDS
-    from minutiae.rules.counters.load import counter_rules
-    from minutiae.rules.counters.model import context, evaluate
-    from minutiae.sim.emit.telemetry import DCGM_FIELDS
-    from minutiae.sim.world.fleet import gpu_bus
-
-    rules = tuple(r for r in counter_rules() if r.gate is None)
-    # rules with persistence / healthy delay (a throttle must last 5 min): the agent's engine
-    gated = tuple(r for r in counter_rules() if r.gate is not None and r.component == "gpu")
-    g_n = ctx.ds.gpus
-    cols = ["time", "node", "gpu", *DCGM_FIELDS, "pcie_width"]
-    metric = {c: FIELDS[f][0] for c, (f, _t, _h) in DCGM_FIELDS.items() if f in FIELDS}
-    metric["pcie_width"] = FIELDS["DCGM_FI_DEV_PCIE_LINK_WIDTH"][0]
-    width_max = FIELDS["DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"][0]
-    comps = [f"gpu:0000:{gpu_bus(g)}:00.0" for g in range(g_n)]
-    gated_cols = sorted({c for c, m in metric.items()
-                         for r in gated for cond in (r.cond, *r.unless) if m in cond.metrics})
+    spec = _Spec(ctx.ds.gpus)
     out: list[Detection] = []
     n = 0
-    for node, arrs in _node_runs(telemetry_batches(ctx.ds.root / "telemetry.parquet", cols), cols):
-        lo, hi = 0, len(arrs["time"])
+    for node, arrs in _node_runs(telemetry_batches(ctx.ds.root / "telemetry.parquet", spec.cols), spec.cols):
         n += 1
-        times, ti = np.unique(arrs["time"][lo:hi], return_inverse=True)
-        gi = arrs["gpu"][lo:hi].astype(int)
-        present = np.zeros((len(times), g_n), dtype=bool)
-        present[ti, gi] = True
-        grid = {}
-        for c in metric:
-            m = np.zeros((len(times), g_n), dtype=np.float64)
-            m[ti, gi] = arrs[c][lo:hi]
-            grid[c] = m
-        dirty, node_dirty, cad_s = _telemetry_triggers(grid, present, times)
-        last: dict[tuple[str, str], float] = {}
-        active = _Active()
-        gate_active = _Active()
-        gates = GateSeries(gated, node, end=float(times[-1]))   # the agent's engine, as in the backtest
-        gate_last: np.ndarray | None = None
-        ks = np.flatnonzero(dirty.any(axis=1) | node_dirty).tolist()
+        out.extend(_NodeReplay(ctx, spec, node, arrs).run())
+    return out, [], n
+
+
+class _Spec:
+    """The rules and the DCGM field ↔ metric mapping the replay reads."""
+
+    def __init__(self, g_n: int) -> None:
+        from minutiae.node.sources.dcgm.parse import FIELDS
+        from minutiae.rules.counters.load import counter_rules
+        from minutiae.sim.emit.telemetry import DCGM_FIELDS
+        from minutiae.sim.world.fleet import gpu_bus
+
+        self.rules = tuple(r for r in counter_rules() if r.gate is None)
+        # rules with persistence / healthy delay (a throttle must last 5 min): the agent's engine
+        self.gated = tuple(r for r in counter_rules() if r.gate is not None and r.component == "gpu")
+        self.g_n = g_n
+        self.cols = ["time", "node", "gpu", *DCGM_FIELDS, "pcie_width"]
+        self.metric = {c: FIELDS[f][0] for c, (f, _t, _h) in DCGM_FIELDS.items() if f in FIELDS}
+        self.metric["pcie_width"] = FIELDS["DCGM_FI_DEV_PCIE_LINK_WIDTH"][0]
+        self.width_max = FIELDS["DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"][0]
+        self.comps = [f"gpu:0000:{gpu_bus(g)}:00.0" for g in range(g_n)]
+        self.gated_cols = sorted({c for c, m in self.metric.items()
+                                  for r in self.gated for cond in (r.cond, *r.unless) if m in cond.metrics})
+
+
+class _NodeReplay:
+    """One node's telemetry as a (time, GPU) grid, judged where an agent's check could see a
+    change (``_telemetry_triggers``) and where a gate's wait can end."""
+
+    def __init__(self, ctx: Context, spec: _Spec, node: str, arrs: dict[str, np.ndarray]) -> None:
+        self.ctx, self.spec, self.node = ctx, spec, node
+        self.times, ti = np.unique(arrs["time"], return_inverse=True)
+        gi = arrs["gpu"].astype(int)
+        self.present = np.zeros((len(self.times), spec.g_n), dtype=bool)
+        self.present[ti, gi] = True
+        self.grid = {}
+        for c in spec.metric:
+            m = np.zeros((len(self.times), spec.g_n), dtype=np.float64)
+            m[ti, gi] = arrs[c]
+            self.grid[c] = m
+        self.dirty, self.node_dirty, self.cad_s = _telemetry_triggers(self.grid, self.present, self.times)
+        self.last: dict[tuple[str, str], float] = {}
+        self.active = _Active()
+        self.gate_active = _Active()
+        self.gates = GateSeries(spec.gated, node, end=float(self.times[-1]))   # the agent's engine, as in the backtest
+        self.gate_last: np.ndarray | None = None
+        self.out: list[Detection] = []
+
+    def run(self) -> list[Detection]:
+        ks = np.flatnonzero(self.dirty.any(axis=1) | self.node_dirty).tolist()
         j = 0
-        while j < len(ks) or gates.ticks:
-            tick_now = sample = False
-            nxt = gates.next_tick()
-            if nxt is not None and (j >= len(ks) or nxt < times[ks[j]]):
+        while j < len(ks) or self.gates.ticks:
+            sample = False
+            nxt = self.gates.next_tick()
+            if nxt is not None and (j >= len(ks) or nxt < self.times[ks[j]]):
                 # no new sample: the values of the latest one, judged later (a persistence can end)
                 t = nxt
-                k = int(np.searchsorted(times, t, side="right")) - 1
-                tick_now = gates.due(t)
+                k = int(np.searchsorted(self.times, t, side="right")) - 1
             else:
                 sample = True
                 k = ks[j]
                 j += 1
-                t = float(times[k])
-                tick_now = gates.due(t)
-            if gated_cols:
-                cur = np.stack([np.where(present[k], grid[c][k], -1) for c in gated_cols])
-                gate_dirty = gate_last is None or not np.array_equal(cur, gate_last)
-                if gate_dirty or tick_now:
-                    gate_last = cur
-                    vals = {comps[g]: {metric[c]: int(grid[c][k, g]) for c in gated_cols}
-                            for g in np.flatnonzero(present[k])}
-                    for f in gate_active.fresh(gates.check(vals, {}, t, gate_dirty)):
-                        d = ctx.detection("telemetry", node, t, f)
-                        if d is not None:
-                            out.append(d)
-            if not sample:
+                t = float(self.times[k])
+            tick_now = self.gates.due(t)
+            if self.spec.gated_cols:
+                self._gated(k, t, tick_now)
+            if sample:
+                self._sample(k, t)
+        return self.out
+
+    def _gated(self, k: int, t: float, tick_now: bool) -> None:
+        spec = self.spec
+        cur = np.stack([np.where(self.present[k], self.grid[c][k], -1) for c in spec.gated_cols])
+        gate_dirty = self.gate_last is None or not np.array_equal(cur, self.gate_last)
+        if gate_dirty or tick_now:
+            self.gate_last = cur
+            vals = {spec.comps[g]: {spec.metric[c]: int(self.grid[c][k, g]) for c in spec.gated_cols}
+                    for g in np.flatnonzero(self.present[k])}
+            self._detect(t, self.gate_active.fresh(self.gates.check(vals, {}, t, gate_dirty)))
+
+    def _sample(self, k: int, t: float) -> None:
+        """The ungated rules over the GPUs whose values may have changed at sample ``k``."""
+        from minutiae.rules.counters.model import context, evaluate
+
+        spec = self.spec
+        gs = np.flatnonzero(self.dirty[k])
+        obs: list[Observation] = []
+        scope = {spec.comps[g] for g in gs}
+        for g in gs:
+            if not self.present[k, g]:
                 continue
-            gs = np.flatnonzero(dirty[k])
-            obs: list[Observation] = []
-            scope = {comps[g] for g in gs}
-            for g in gs:
-                if not present[k, g]:
-                    continue
-                for c, mname in metric.items():
-                    v = grid[c][k, g]
-                    obs.append(Observation("dcgm", comps[g], mname,
-                                           float(v) if c in ("power_w", "temp_c") else int(v), t))
-                obs.append(Observation("dcgm", comps[g], width_max, 16, t))
-            extra: dict[str, dict[str, Any]] | None = None
-            if node_dirty[k]:
-                scope.add("node")
-                obs.append(Observation("dcgm", "node", "gpu_count", int(present[k].sum()), t))
-                extra = {"node": {"expected_gpus": g_n, "uptime_s": ctx.ds.uptime(node, t)}}
-            prev = {(o.component, o.metric): (last[(o.component, o.metric)], t - cad_s)
-                    for o in obs if (o.component, o.metric) in last}
-            found = evaluate(rules, context(obs, prev, t, extra))  # ungated rules
-            for f in active.fresh(found, scope):
-                d = ctx.detection("telemetry", node, t, f)
-                if d is not None:
-                    out.append(d)
-            for o in obs:
-                if isinstance(o.value, int | float) and not isinstance(o.value, bool):
-                    last[(o.component, o.metric)] = float(o.value)
-    return out, [], n
+            for c, mname in spec.metric.items():
+                v = self.grid[c][k, g]
+                obs.append(Observation("dcgm", spec.comps[g], mname,
+                                       float(v) if c in ("power_w", "temp_c") else int(v), t))
+            obs.append(Observation("dcgm", spec.comps[g], spec.width_max, 16, t))
+        extra: dict[str, dict[str, Any]] | None = None
+        if self.node_dirty[k]:
+            scope.add("node")
+            obs.append(Observation("dcgm", "node", "gpu_count", int(self.present[k].sum()), t))
+            extra = {"node": {"expected_gpus": spec.g_n, "uptime_s": self.ctx.ds.uptime(self.node, t)}}
+        prev = {(o.component, o.metric): (self.last[(o.component, o.metric)], t - self.cad_s)
+                for o in obs if (o.component, o.metric) in self.last}
+        found = evaluate(spec.rules, context(obs, prev, t, extra))  # ungated rules
+        self._detect(t, self.active.fresh(found, scope))
+        for o in obs:
+            if isinstance(o.value, int | float) and not isinstance(o.value, bool):
+                self.last[(o.component, o.metric)] = float(o.value)
+
+    def _detect(self, t: float, findings: list[Finding]) -> None:
+        for f in findings:
+            d = self.ctx.detection("telemetry", self.node, t, f)
+            if d is not None:
+                self.out.append(d)
 
 
 def _node_runs(batches: Any, cols: list[str]) -> Any:
