@@ -35,6 +35,8 @@ MAX_HINT_SIGNATURES = 40
 HINT_ALPHA = 0.001
 #: smallest effect we call a cause (fraction)
 MIN_EFFECT = 0.005
+#: a group effect must stay significant at this level with any one hit signature left out
+ROBUST_P = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +211,8 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
             in_hit = np.isin(np.array([r.signature for r in panel.runs]), labels)
             hit_overlap = _overlap(panel, x_split * in_hit)
             he = split.hit_effect
-            cause = main or (max(he.p_value, split.p_robust) < ALPHA / (len(ros) * split.tested)
+            cause = main or (he.p_value < ALPHA / (len(ros) * split.tested)
+                             and split.p_robust < ROBUST_P
                              and abs(he.change) >= GROUP_MIN_EFFECT and hit_overlap >= MIN_OVERLAP)
             cost_eff, cost_mask = he, in_hit
             if not by_sig:  # the hint: each hit signature with its group's effect
