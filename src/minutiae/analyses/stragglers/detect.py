@@ -75,6 +75,7 @@ class Alarms:
     score: np.ndarray
     mean_log_ratio: np.ndarray
     se_log_ratio: np.ndarray
+    peak_log_ratio: np.ndarray  # the excursion's mean log-ratio when the test alarmed
 
 
 class _Cusum:
@@ -200,6 +201,7 @@ class SeriesDetector:
         self.alarm_det = np.full(n, -1, dtype=np.int8)
         self.alarm_score = np.zeros(n)
         self.alarm_sums = np.zeros((2, n))
+        self.alarm_peak = np.zeros(n)
         self.last_step = np.full(n, -1, dtype=np.int64)
         self.medians: list[float] = []
         #: per rank: sum of its (clipped) log-ratios and how many, over every step tested
@@ -283,6 +285,7 @@ class SeriesDetector:
             sharp = (est[ta, new] > 0) & (shift >= 2 * self.estimator.k)
             since[sharp], sums[:, sharp] = s_e[sharp], u_e[:, sharp]
             self.alarm_since[new] = since
+            self.alarm_peak[new] = sums[0] / np.maximum(sums[1], 1.0)
             self.alarm_sums[0, new] = sums[0] + cum_r[-1, new] - cum_r[ta, new]
             self.alarm_sums[1, new] = sums[1] + cum_n[-1, new] - cum_n[ta, new]
             self.alarm_det[new] = det
@@ -340,7 +343,7 @@ class SeriesDetector:
         n = np.maximum(cnt, 1)
         se = self.sigma[idx].astype(np.float64) / np.sqrt(n)
         return Alarms(idx, self.alarm_since[idx], self.alarm_step[idx], self.alarm_det[idx],
-                      self.alarm_score[idx], total / n, se)
+                      self.alarm_score[idx], total / n, se, self.alarm_peak[idx])
 
     def typical_seconds(self) -> float:
         v = np.asarray(self.medians)

@@ -30,6 +30,12 @@ NEAR = 2.0
 STILL_SHARE = 0.5
 
 
+def size(s: Suspect) -> float:
+    """A suspect's slowdown for the floor: its mean since onset, or its size when found if
+    larger (a transient fault averages out after it ends)."""
+    return max(s.slowdown, s.peak) if np.isfinite(s.peak) else s.slowdown
+
+
 def spread(det: SeriesDetector) -> float:
     """The job's GPU-to-GPU spread: 1.4826 x MAD across ranks of each rank's mean log-ratio
     over every step tested (the silicon lottery plus what noise leaves in a mean)."""
@@ -56,10 +62,14 @@ def above_floor(suspects: list[Suspect], floor: float, first_step: int, warmup: 
         need = floor
         if s.since_step <= first_step + warmup:
             need = max(floor, float(np.expm1(SPREAD_Z * job_spread)))
-        if still is not None and s.slowdown < NEAR * need and not (
+            return s.slowdown >= KEEP_SHARE * need and s.ci_high >= need
+        # a transient fault (a 30 % fail-slow for 20 minutes of a long job) averages out
+        # below the floor after it ends: its size when found counts too
+        big = size(s)
+        if still is not None and big < NEAR * need and not (
                 still(s) >= STILL_SHARE * float(np.log1p(floor))):
             return False
-        return s.slowdown >= KEEP_SHARE * need and s.ci_high >= need
+        return big >= KEEP_SHARE * need and max(s.ci_high, big) >= need
 
     keep = [s for s in suspects if ok(s)]
     return keep, len(suspects) - len(keep)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from minutiae.analyses.stragglers.floor import KEEP_SHARE
+from minutiae.analyses.stragglers.floor import size as size_of
 from minutiae.analyses.stragglers.types import Basis, Scope, Suspect, WorkloadImbalance
 
 RECOVERED = 0.33
@@ -72,13 +73,13 @@ def split_moving(suspects: list[Suspect], rows: np.ndarray, index: dict[int, int
     GPU wandering below the floor is no evidence of moving work)."""
     def eligible(s: Suspect) -> bool:
         return (s.basis is not Basis.COMMUNICATION and s.scope in (Scope.GPU, Scope.NODE)
-                and s.slowdown >= KEEP_SHARE * floor)
+                and size_of(s) >= KEEP_SHARE * floor)
 
     def since(s: Suspect) -> int:
         return int(steps.size - np.searchsorted(steps, s.since_step))
 
     gone = [s for s in suspects if eligible(s)
-            and _now(_ratios(rows, s, index)) < RECOVERED * np.log1p(s.slowdown)]
+            and _now(_ratios(rows, s, index)) < RECOVERED * np.log1p(size_of(s))]
     if len({s.rank for s in gone}) < MIN_MOVES:
         return suspects, None
     moving = [s for s in suspects if eligible(s) and (

@@ -123,6 +123,7 @@ class Suspect:
     job_slowdown: float
     gpu_hours_per_day: float
     segment: int | None = None  # the run segment (restarts: ``runs.py``); None: one run
+    peak: float = float("nan")  # the slowdown when the test alarmed (its excursion's mean)
 
     def to_json(self) -> dict[str, Any]:
         return {"segment": self.segment,
@@ -133,6 +134,7 @@ class Suspect:
             "detected_step": self.detected_step, "detector": self.detector,
             "score": _r(self.score), "job_slowdown": _r(self.job_slowdown),
             "gpu_hours_per_day": _r(self.gpu_hours_per_day, 2),
+            "slowdown_at_detection": _r(self.peak),
         }
 
 
