@@ -34,7 +34,9 @@ def _table(report: SlowReport) -> None:
     console = Console()
     if not report.findings:
         console.print(f"no persistently slow GPU or node among {report.gpus} GPUs on "
-                      f"{report.nodes} nodes ({report.samples} busy samples)")
+                      f"{report.nodes} nodes ({report.samples} busy samples)"
+                      + (f"; {len(report.unknown)} node/GPU window(s) UNKNOWN (no telemetry)"
+                         if report.unknown else ""))
     else:
         t = Table(title=f"slow GPUs/nodes: {report.gpus} GPUs on {report.nodes} nodes, "
                         f"peer noise {report.noise:.2%}")
@@ -42,11 +44,14 @@ def _table(report: SlowReport) -> None:
             t.add_column(col)
         for f in report.findings:
             t.add_row(f.node, "-" if f.gpu is None else str(f.gpu), f.scope, f.metric,
-                      f"{f.deficit:.1%}", f"{f.duration_s / 60:.0f} min",
+                      f"{f.deficit:+.0f} C" if f.metric == "thermal" else f"{f.deficit:.1%}",
+                      f"{f.duration_s / 60:.0f} min",
                       ", ".join(f.reasons) or "-")
         console.print(t)
         for f in report.findings:
             console.print(f"- {f.evidence}")
+    for u in report.unknown:
+        console.print(f"- {u.text}", highlight=False, markup=False)
     for w in report.warnings:
         click.echo(f"warning: {w}", err=True)
 
@@ -65,8 +70,9 @@ def command(directory: Path | None, prom_url: str | None, since: str, step: str,
             fleet: Path | None, jobs: Path | None, min_duration: str, min_deficit: float,
             as_json: bool) -> int:
     """Rank every GPU and node against its peers from passive telemetry (SM clock, clock-event
-    reasons, power, temperature, PCIe replays, NVLink errors, IB throughput) and report the
-    persistently worse, with the evidence."""
+    reasons, power at a given utilisation, temperature at a given power, throughput per watt,
+    PCIe replays, NVLink errors, IB throughput) and report every persistently worse episode,
+    with the evidence; windows without telemetry are reported UNKNOWN."""
     import polars as pl
 
     from minutiae.analyses.slownodes.analysis import SlowOptions, analyse_telemetry

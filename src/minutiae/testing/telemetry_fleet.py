@@ -251,3 +251,22 @@ def score(faults: tuple[Fault, ...], findings: list[object], unknown: list[objec
     rep = [f for f in holes if any(_hits(f, u.node, u.gpu, u.start, u.end) for u in unknown)]  # type: ignore[attr-defined]
     return Score(tuple(found), tuple(missed), tuple(false), tuple(rep),
                  tuple(f for f in holes if f not in rep), tuple(delays))
+
+
+def observable(fleet: Fleet, min_samples: int = 6) -> tuple[Fault, ...]:
+    """The faults a passive monitor can see: thermal/clock/node faults while the GPU(s) were busy,
+    power faults at >= 50 % utilisation, for at least ``min_samples`` samples (30 min at 5 min);
+    a fault on an idle GPU changes nothing in its telemetry. Gaps and absences always count."""
+    out = []
+    tel = fleet.telemetry
+    for f in fleet.faults:
+        if f.kind not in FINDS:
+            out.append(f)
+            continue
+        sel = tel.filter((pl.col("node") == f.node) & (pl.col("time") >= f.start)
+                         & (pl.col("time") < f.end) & (pl.col("util") >= (50 if f.kind == "power" else 5)))
+        if f.gpu is not None:
+            sel = sel.filter(pl.col("gpu") == f.gpu)
+        if sel.get_column("time").n_unique() >= min_samples:
+            out.append(f)
+    return tuple(out)

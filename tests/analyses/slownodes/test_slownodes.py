@@ -69,7 +69,9 @@ def test_finds_exactly_the_injected_ones_with_evidence() -> None:
     tel, fleet, jobs = fleet_telemetry()
     report = analyse_telemetry(tel, fleet, jobs)
     got = {(f.node, f.gpu, f.scope, f.metric) for f in report.findings}
+    # the thermal throttle is also seen by the thermal model (26 C above its peers at the same power)
     assert got == {("gpu003", None, "node", "sm_clock"), ("gpu007", 3, "gpu", "sm_clock"),
+                   ("gpu007", 3, "gpu", "thermal"),
                    ("gpu012", 1, "link", "ib_xmit"), ("gpu010", 5, "gpu", "pcie_replay")}
     by = {(f.node, f.metric): f for f in report.findings}
     thermal = by[("gpu007", "sm_clock")]
@@ -183,7 +185,8 @@ def test_of_two_equally_long_episodes_the_earlier_is_reported() -> None:
         .alias("sm_clock_mhz"))
     for _ in range(3):
         got = [f for f in analyse_telemetry(tel, fleet, jobs).findings if f.node == "gpu005"]
-        assert [(f.gpu, f.start, f.duration_s) for f in got] == [(2, T0 + 10 * STEP, 40 * 60)]
+        assert sorted((f.gpu, f.start, f.end) for f in got) == [
+            (2, T0 + 10 * STEP, T0 + 18 * STEP), (2, T0 + 40 * STEP, T0 + 48 * STEP)]
 
 
 @pytest.mark.parametrize("chunk_rows", [None, 500])

@@ -63,7 +63,7 @@ def test_integer_peers_partition_samples_as_the_text_keys_do(jobs: list[tuple[se
                         "gpu": [0] * len(samples), "sm_clock_mhz": [1980] * len(samples)})
     keys = _Keys(tel, fleet, jobs_df if len(jobs_df) else None)
     nid = tel.select(keys.nid()).get_column("nid").to_numpy()
-    peer, sku = keys.peer(nid, tel.get_column("time").to_numpy())
+    peer, sku, *_ = keys.peer(nid, tel.get_column("time").to_numpy())
     ref = _text_peer(tel, fleet, jobs_df) if len(jobs_df) else [
         f"{s or '?'}|rack:{r or '?'}" for s, r in zip(*[tel.join(fleet, on="node", how="left")[c].to_list()
                                                        for c in ("sku", "rack")], strict=True)]
@@ -77,5 +77,5 @@ def test_a_sample_at_a_job_start_is_in_it_and_at_its_end_is_not() -> None:
     fleet = pl.DataFrame({"node": ["gpu001"], "sku": ["H100"], "rack": ["r0"]})
     jobs = pl.DataFrame({"job_id": ["7"], "nodes": ["gpu001"], "start": ["300"], "end": ["600"]})
     keys = _Keys(tel, fleet, jobs)
-    peer, _ = keys.peer(np.zeros(3, dtype=np.uint32), np.array([0.0, 300.0, 600.0]))
+    peer, *_ = keys.peer(np.zeros(3, dtype=np.uint32), np.array([0.0, 300.0, 600.0]))
     assert peer[0] == peer[2] != peer[1]

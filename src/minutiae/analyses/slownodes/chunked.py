@@ -31,48 +31,15 @@ import numpy as np
 import polars as pl
 
 from minutiae.analyses.slownodes import core as sn
+from minutiae.analyses.slownodes import deficits as D
 from minutiae.analyses.slownodes import episodes as ep
+from minutiae.analyses.slownodes.gaps import Gaps
 from minutiae.analyses.slownodes.keys import Keys
 from minutiae.errors import DataError
 
 #: rows per chunk (2.5 h of 1,024 x 8 GPUs sampled every 5 minutes; a day of 128 nodes)
 CHUNK_ROWS = 250_000
 _KEY = ["nid", "gpu"]
-
-
-def _stats(df: pl.DataFrame, metrics: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    def stats(key: str, tag: str) -> pl.DataFrame:
-        aggs = [pl.len().alias(f"n_{tag}")]
-        aggs += [pl.col(m).median().alias(f"med_{m}_{tag}") for m in metrics]
-        return df.group_by(["bucket", key]).agg(aggs)
-    return stats("peer", "p"), stats("sku", "s")
-
-
-def _deficits(df: pl.DataFrame, peer: pl.DataFrame, sku: pl.DataFrame, opts: sn.SlowOptions,
-              metrics: list[str]) -> pl.DataFrame:
-    """Per sample: value / peer median - 1 for each metric (temperature: difference in C)."""
-    df = df.join(peer, on=["bucket", "peer"]).join(sku, on=["bucket", "sku"])
-    use_p = pl.col("n_p") >= opts.min_peers
-    out = [pl.when(use_p).then(pl.col("n_p")).otherwise(pl.col("n_s")).alias("peers")]
-    for m in metrics:
-        med = pl.when(use_p).then(pl.col(f"med_{m}_p")).otherwise(pl.col(f"med_{m}_s"))
-        out.append((pl.col(m) - med if m == "temp_c" else pl.col(m) / med - 1.0).alias(f"d_{m}"))
-    return df.with_columns(out)
-
-
-def _busy(raw: pl.DataFrame, metrics: list[str], interval: float, keys: Keys) -> pl.DataFrame:
-    """Typed busy samples of ``raw`` (with its ``nid``) with their bucket and peer codes."""
-    df = raw.with_columns(pl.col("time").cast(pl.Float64), pl.col("gpu").cast(pl.Int64),
-                          *[pl.col(m).cast(pl.Float64) for m in metrics])
-    busy = pl.col("sm_clock_mhz").is_not_null() & (pl.col("sm_clock_mhz") > 0)
-    if "clock_event_reasons" in df.columns:
-        df = df.with_columns(pl.col("clock_event_reasons").cast(pl.Int64).fill_null(0))
-        busy = busy & ((pl.col("clock_event_reasons") & sn.GPU_IDLE) == 0)
-    else:
-        df = df.with_columns(pl.lit(0, dtype=pl.Int64).alias("clock_event_reasons"))
-    df = df.filter(busy).with_columns((pl.col("time") / interval).round().cast(pl.Int64).alias("bucket"))
-    peer, sku = keys.peer(df.get_column("nid").to_numpy(), df.get_column("time").to_numpy())
-    return df.with_columns(pl.Series("peer", peer, dtype=pl.Int64), pl.Series("sku", sku, dtype=pl.Int64))
 
 
 def _chunk_bounds(times: pl.Series, interval: float, rows: int, chunk_rows: int | None) -> list[float]:
@@ -89,12 +56,15 @@ def _chunk_bounds(times: pl.Series, interval: float, rows: int, chunk_rows: int 
 
 @dataclass(slots=True)
 class _Pass1:
-    """What pass 1 keeps: per-(bucket, peer) and per-(bucket, SKU) medians, every SM-clock
-    deficit (for the noise), per GPU its worst deficits and replay counter range, and every
-    (node, GPU) seen at all."""
+    """What pass 1 keeps: per-(bucket, group) medians of the peer, SKU and rack groups, every
+    SM-clock deficit (for the noise), the thermal fit sums, per GPU its worst deviations and
+    replay counter range, every (node, GPU) seen, and the telemetry gaps."""
 
+    gaps: Gaps
     peer_st: list[pl.DataFrame] = field(default_factory=list)
     sku_st: list[pl.DataFrame] = field(default_factory=list)
+    rack_st: list[pl.DataFrame] = field(default_factory=list)
+    fits: list[pl.DataFrame] = field(default_factory=list)
     devs: list[np.ndarray] = field(default_factory=list)
     per_gpu: list[pl.DataFrame] = field(default_factory=list)
     seen: list[pl.DataFrame] = field(default_factory=list)
@@ -132,42 +102,54 @@ def _chunk_of(tel: pl.DataFrame, chunk_rows: int | None) -> tuple[float, np.ndar
     return interval, chunk_of, bounds.size + 1
 
 
-def _per_gpu_aggs(df: pl.DataFrame) -> list[pl.Expr]:
+def _per_gpu_aggs(df: pl.DataFrame, opts: sn.SlowOptions) -> list[pl.Expr]:
     aggs = [pl.col("d_sm_clock_mhz").min().alias("sm")]
-    if "d_ib_xmit_mbps" in df.columns:
-        aggs.append(pl.col("d_ib_xmit_mbps").min().alias("ib"))
+    util_ok = pl.col("util") >= opts.min_util if "util" in df.columns else pl.lit(True)
+    for col, name, how in (("d_ib_xmit_mbps", "ib", "min"), ("d_thermal", "th", "max"),
+                           ("d_ppu" if "d_ppu" in df.columns else "d_power_w", "pw", "min"),
+                           ("d_ppw", "ppw", "min")):
+        if col in df.columns:
+            e = pl.col(col) if name in ("ib", "th") else pl.when(util_ok).then(pl.col(col))
+            aggs.append((e.max() if how == "max" else e.min()).alias(name))
     if "pcie_replay" in df.columns:
         counter = pl.col("pcie_replay").cast(pl.Float64)
         aggs += [counter.max().alias("rmax"), counter.min().alias("rmin")]
     return aggs
 
 
+def _chunk(st: _Pass1, raw: pl.DataFrame, metrics: list[str], interval: float, keys: Keys,
+           opts: sn.SlowOptions) -> None:
+    st.gaps.feed(raw.select("nid", "gpu", "time"))
+    st.seen.append(raw.select("nid", pl.col("gpu").cast(pl.Int64)).unique())
+    df = D.busy(raw, metrics, interval, keys)
+    if df.height == 0:
+        return
+    st.samples += df.height
+    peer, sku, rack = D.stats(df, metrics)
+    df = D.deficits(df, peer, sku, rack, opts, metrics, None)
+    if "dt" in df.columns:
+        fit = D.thermal_fit(df)
+        st.fits.append(fit)
+        df = D.add_thermal(df, D.resistance([fit]))  # this chunk's fit: candidates only
+    st.peer_st.append(peer)
+    st.sku_st.append(sku)
+    st.rack_st.append(rack)
+    d = df.get_column("d_sm_clock_mhz").to_numpy()
+    st.devs.append(d[np.isfinite(d)])
+    st.per_gpu.append(df.group_by(_KEY).agg(_per_gpu_aggs(df, opts)))
+
+
 def _pass1(tel: pl.DataFrame, metrics: list[str], interval: float, keys: Keys, chunk_of: np.ndarray,
            n_chunks: int, opts: sn.SlowOptions) -> _Pass1:
-    cols = ["node", "time", "gpu", *metrics,
-            *[c for c in ("clock_event_reasons", "pcie_replay") if c in tel.columns]]
+    cols = ["node", "time", "gpu", *[m for m in metrics if m != "ppu"],
+            *[c for c in ("clock_event_reasons", "pcie_replay", "util", "power_limit_w")
+              if c in tel.columns]]
     slim = tel.select(cols)
-    st = _Pass1()
+    st = _Pass1(Gaps(interval, opts.gap_min_s))
     for k in range(n_chunks):
         idx = np.flatnonzero(chunk_of == k)
-        if idx.size == 0:
-            continue
-        raw = slim[idx].with_columns(keys.nid()).drop("node")
-        del idx
-        st.seen.append(raw.select("nid", pl.col("gpu").cast(pl.Int64)).unique())
-        df = _busy(raw, metrics, interval, keys)
-        del raw
-        if df.height == 0:
-            continue
-        st.samples += df.height
-        peer, sku = _stats(df, metrics)
-        df = _deficits(df, peer, sku, opts, metrics)
-        st.peer_st.append(peer)
-        st.sku_st.append(sku)
-        d = df.get_column("d_sm_clock_mhz").to_numpy()
-        st.devs.append(d[np.isfinite(d)])
-        st.per_gpu.append(df.group_by(_KEY).agg(_per_gpu_aggs(df)))
-        del df
+        if idx.size:
+            _chunk(st, slim[idx].with_columns(keys.nid()).drop("node"), metrics, interval, keys, opts)
     return st
 
 
@@ -182,11 +164,18 @@ def _noise(devs: list[np.ndarray]) -> float:
 
 
 def _candidates(gpus: pl.DataFrame, limit: float, opts: sn.SlowOptions) -> pl.DataFrame:
-    aggs = [pl.col("sm").min()]
-    cand = pl.col("sm") < -limit
-    if "ib" in gpus.columns:
-        aggs.append(pl.col("ib").min())
-        cand = cand | (pl.col("ib") < -opts.ib_deficit)
+    """GPUs that may have an episode: any sample past a limit (the thermal one at 60 %: the
+    chunk's own fit is not yet the fleet's)."""
+    tests = {"sm": (pl.col("sm").min(), pl.col("sm") < -limit),
+             "ib": (pl.col("ib").min(), pl.col("ib") < -opts.ib_deficit),
+             "th": (pl.col("th").max(), pl.col("th") > 0.6 * opts.thermal_c),
+             "pw": (pl.col("pw").min(), pl.col("pw") < -opts.power_deficit),
+             "ppw": (pl.col("ppw").min(), pl.col("ppw") < -opts.ppw_deficit)}
+    aggs, cand = [], pl.lit(False)
+    for col, (agg, test) in tests.items():
+        if col in gpus.columns:
+            aggs.append(agg)
+            cand = cand | test.fill_null(False)
     if "rmax" in gpus.columns:
         aggs += [pl.col("rmax").max(), pl.col("rmin").min()]
         cand = cand | (pl.col("rmax") - pl.col("rmin") >= opts.pcie_per_hour * opts.min_duration / 3600.0)
@@ -195,22 +184,22 @@ def _candidates(gpus: pl.DataFrame, limit: float, opts: sn.SlowOptions) -> pl.Da
 
 def _pass2(tel: pl.DataFrame, cands: pl.DataFrame, st: _Pass1, keys: Keys, metrics: list[str],
            interval: float, opts: sn.SlowOptions, noise: float, per_batch: int) -> list[sn.SlowFinding]:
-    """Episodes of the candidate GPUs, by batches of whole nodes."""
+    """Episodes of the candidate GPUs for every signal, by batches of whole nodes."""
     limit = max(opts.min_deficit, opts.z * noise)
     findings: list[sn.SlowFinding] = []
     peer, sku = pl.concat(st.peer_st), pl.concat(st.sku_st)
+    rack = pl.concat(st.rack_st) if st.rack_st else None
+    resist = D.resistance(st.fits) if st.fits else None
     cand_nodes = sorted(keys.names[i] for i in cands.get_column("nid").unique().to_list())
     for i in range(0, len(cand_nodes), per_batch):
         rows = (tel.filter(pl.col("node").cast(pl.String).is_in(cand_nodes[i:i + per_batch]))
                 .with_columns(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64), keys.nid())
                 .join(cands, on=_KEY, how="semi"))
-        df = _deficits(_busy(rows, metrics, interval, keys), peer, sku, opts, metrics)
+        df = D.deficits(D.busy(rows, metrics, interval, keys), peer, sku, rack, opts, metrics, resist)
         del rows
-        findings += ep.episodes(df, pl.col("d_sm_clock_mhz") < -limit, "sm_clock", interval,
-                                opts, noise)
-        if "d_ib_xmit_mbps" in df.columns:
-            findings += ep.episodes(df, pl.col("d_ib_xmit_mbps") < -opts.ib_deficit, "ib_xmit",
-                                    interval, opts, noise)
+        for metric, slow in D.slow_exprs(df, limit, opts).items():
+            findings += ep.episodes(df, slow, metric, interval, opts,
+                                    1.0 if metric == "thermal" else noise)
         if "pcie_replay" in df.columns:
             findings += ep.replay_episodes(df, interval, opts, noise)
         del df
@@ -223,25 +212,32 @@ def analyse_chunked(tel: pl.DataFrame, fleet: pl.DataFrame | None = None,
     """What ``slownodes.analyse_telemetry`` returns; ``chunk_rows=None``: one chunk."""
     opts = opts or sn.SlowOptions()
     tel, warnings = _validate(tel, where)
-    metrics = ["sm_clock_mhz"] + [m for m in ("power_w", "temp_c", "ib_xmit_mbps") if m in tel.columns]
+    metrics = ["sm_clock_mhz"] + [m for m in ("power_w", "temp_c", "ib_xmit_mbps", "throughput")
+                                  if m in tel.columns]
+    if "power_w" in tel.columns and "util" in tel.columns:
+        metrics.append("ppu")
     interval, chunk_of, n_chunks = _chunk_of(tel, chunk_rows)
     keys = Keys(tel, fleet, jobs)
     st = _pass1(tel, metrics, interval, keys, chunk_of, n_chunks, opts)
     del chunk_of
+    fleet_nodes = (fleet.get_column("node").cast(pl.String).to_list()
+                   if fleet is not None and "node" in fleet.columns else [])
+    unknown = tuple(st.gaps.result(keys.names, fleet_nodes))
     every = pl.concat(st.seen).unique()
     n_gpus, n_nodes = every.height, every.get_column("nid").n_unique()
     if st.samples == 0:
         return sn.SlowReport((), n_gpus, n_nodes, 0, interval, float("nan"),
-                             tuple(warnings + ["no busy samples: nothing to compare"]))
+                             tuple(warnings + ["no busy samples: nothing to compare"]), unknown)
     noise = _noise(st.devs)
     st.devs.clear()
     gpus = pl.concat(st.per_gpu)
     gpus_per_node = {keys.names[nid]: n for nid, n in
-                     gpus.select(_KEY).unique().group_by("nid").agg(pl.col("gpu").n_unique()).iter_rows()}
+                     every.group_by("nid").agg(pl.col("gpu").n_unique()).iter_rows()}
     cands = _candidates(gpus, max(opts.min_deficit, opts.z * noise), opts)
     per_batch = max(1, cands.get_column("nid").n_unique() if chunk_rows is None
                     else chunk_rows * n_nodes // tel.height)
     findings = _pass2(tel, cands, st, keys, metrics, interval, opts, noise, per_batch)
     findings = ep.merge_nodes(findings, gpus_per_node, interval)
-    findings.sort(key=lambda f: (-f.deficit * f.duration_s, f.node, f.gpu or -1))
-    return sn.SlowReport(tuple(findings), n_gpus, n_nodes, st.samples, interval, noise, tuple(warnings))
+    findings.sort(key=lambda f: (-f.deficit * f.duration_s, f.node, f.gpu or -1, f.start))
+    return sn.SlowReport(tuple(findings), n_gpus, n_nodes, st.samples, interval, noise,
+                         tuple(warnings), unknown)

@@ -23,6 +23,11 @@ class SlowOptions:
     min_duration: float = 1800.0
     min_peers: int = 4
     pcie_per_hour: float = 10.0
+    thermal_c: float = 8.0        # C above the thermal model (rack peers at the same power)
+    power_deficit: float = 0.12   # power below peers at the same utilisation and clock
+    ppw_deficit: float = 0.12     # throughput per watt below peers
+    min_util: float = 50.0        # utilisation (%) below which power is not compared
+    gap_min_s: float = 900.0      # shortest telemetry gap reported as UNKNOWN
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +90,37 @@ class SlowReport:
     interval_s: float
     noise: float
     warnings: tuple[str, ...]
+    unknown: tuple[SlowUnknown, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"suspects": [f.to_json() for f in self.findings], "gpus": self.gpus,
                 "nodes": self.nodes, "samples": self.samples, "interval_s": self.interval_s,
-                "noise": round(self.noise, 5), "warnings": list(self.warnings)}
+                "noise": round(self.noise, 5), "warnings": list(self.warnings),
+                "unknown": [u.to_json() for u in self.unknown]}
+
+
+@dataclass(frozen=True, slots=True)
+class SlowUnknown:
+    """A node (``gpu`` None) or GPU without telemetry from ``start`` to ``end``: UNKNOWN there,
+    neither slow nor healthy. ``reason``: ``gap`` (samples stopped, then resumed or not) or
+    ``absent`` (in fleet.csv, never reported)."""
+
+    node: str
+    gpu: int | None
+    start: float
+    end: float
+    reason: str
+
+    @property
+    def text(self) -> str:
+        who = f"node {self.node}" if self.gpu is None else f"GPU {self.gpu} on node {self.node}"
+        what = "never reported" if self.reason == "absent" else "sent no telemetry"
+        return f"UNKNOWN: {who} {what} for {minutes(self.end - self.start)} (from {self.start:.0f})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "gpu": self.gpu, "start": self.start, "end": self.end,
+                "duration_s": round(self.end - self.start, 1), "reason": self.reason,
+                "status": "UNKNOWN", "text": self.text}
 
 
 def rnd(x: float | None, nd: int) -> float | None:
@@ -104,14 +135,19 @@ def decode_reasons(mask: int) -> list[str]:
     return [name for bit, name in REASONS.items() if mask & bit]
 
 
-def with_evidence(f: SlowFinding, gpus: int | None = None) -> SlowFinding:
+def with_evidence(f: SlowFinding, gpus: int | None = None, of: int | None = None) -> SlowFinding:
+    """``gpus`` of ``of`` GPUs of a node finding (``all 8 GPUs`` only when they are all)."""
+    of = of or gpus
     if f.metric == "pcie_replay":
         text = (f"GPU {f.gpu} on node {f.node} logged {f.pcie_replays_per_hour or 0:.0f} PCIe "
                 f"replays/h for {minutes(f.duration_s)} (a retrying link), SM clock "
                 f"{-f.deficit:+.0%} vs peers")
         return replace(f, evidence=text)
+    if f.metric in _OTHER:
+        return replace(f, evidence=_OTHER[f.metric](f))
     what = "IB transmit rate" if f.metric == "ib_xmit" else "SM clock"
-    who = (f"all {gpus} GPUs on node {f.node}" if gpus else f"GPU {f.gpu} on node {f.node}")
+    who = (f"{'all' if gpus == of else f'{gpus} of'} {of} GPUs on node {f.node}" if gpus
+           else f"GPU {f.gpu} on node {f.node}")
     text = (f"{who} ran {f.deficit:.0%} below {'their' if gpus else 'its'} peers' {what} for "
             f"{minutes(f.duration_s)}")
     extra = []
@@ -127,3 +163,22 @@ def with_evidence(f: SlowFinding, gpus: int | None = None) -> SlowFinding:
     return replace(f, evidence=text)
 
 
+
+
+def _thermal(f: SlowFinding) -> str:
+    return (f"GPU {f.gpu} on node {f.node} ran {f.deficit:+.0f} C hotter than its rack peers at "
+            f"the same power (thermal-resistance model) for {minutes(f.duration_s)}"
+            + (f", {', '.join(f.reasons)} active" if f.reasons else ""))
+
+
+def _power(f: SlowFinding) -> str:
+    return (f"GPU {f.gpu} on node {f.node} drew {f.deficit:.0%} less power than its peers at the "
+            f"same utilisation and clock for {minutes(f.duration_s)}")
+
+
+def _ppw(f: SlowFinding) -> str:
+    return (f"GPU {f.gpu} on node {f.node} delivered {f.deficit:.0%} less throughput per watt "
+            f"than its peers for {minutes(f.duration_s)}")
+
+
+_OTHER = {"thermal": _thermal, "power": _power, "perf_per_watt": _ppw}

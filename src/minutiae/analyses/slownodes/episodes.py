@@ -10,6 +10,10 @@ import polars as pl
 
 from minutiae.analyses.slownodes.core import REASONS, SlowFinding, SlowOptions, with_evidence
 
+#: each metric's deviation column (``deficits``)
+DEVIATION = {"sm_clock": "d_sm_clock_mhz", "ib_xmit": "d_ib_xmit_mbps", "power": "d_power_w",
+             "perf_per_watt": "d_ppw", "thermal": "d_thermal", "pcie_replay": "d_sm_clock_mhz"}
+
 
 def counter_rates(df: pl.DataFrame, interval: float) -> pl.DataFrame:
     """Per-sample increments of cumulative counters (a reset at boot counts as 0), per hour."""
@@ -29,16 +33,19 @@ def episodes(df: pl.DataFrame, slow: pl.Expr, metric: str, interval: float,
     if cand.height == 0:
         return []
     df = counter_rates(df.join(cand, on=["node", "gpu"], how="semi"), interval)
+    dcol = DEVIATION.get(metric, "d_sm_clock_mhz")
+    if metric == "power" and "d_ppu" in df.columns:
+        dcol = "d_ppu"
     flagged = (df.select("node", "gpu", "time", slow.fill_null(False).alias("slow"), "peers",
-                         "d_sm_clock_mhz", *[c for c in ("d_temp_c", "d_power_w", "d_ib_xmit_mbps",
-                                                          "pcie_replay_per_h") if c in df.columns],
+                         *dict.fromkeys(["d_sm_clock_mhz", dcol, *[
+                             c for c in ("d_temp_c", "d_power_w", "d_ib_xmit_mbps",
+                                         "pcie_replay_per_h") if c in df.columns]]),
                          "clock_event_reasons")
                .sort("node", "gpu", "time"))
     gap = (pl.col("time").diff().over(["node", "gpu"]) > 1.5 * interval).fill_null(True)
     flagged = flagged.with_columns(
         ((~pl.col("slow")) | gap | (pl.col("slow") != pl.col("slow").shift(1).over(["node", "gpu"])))
         .cum_sum().over(["node", "gpu"]).alias("run"))
-    dcol = "d_ib_xmit_mbps" if metric == "ib_xmit" else "d_sm_clock_mhz"
     runs = (flagged.filter(pl.col("slow")).group_by("node", "gpu", "run")
             .agg(pl.col("time").min().alias("start"), pl.col("time").max().alias("end"),
                  pl.len().alias("samples"), pl.col(dcol).median().alias("dev"),
@@ -50,14 +57,14 @@ def episodes(df: pl.DataFrame, slow: pl.Expr, metric: str, interval: float,
                    for bit in REASONS])
             .with_columns((pl.col("end") - pl.col("start") + interval).alias("dur"))
             .filter(pl.col("dur") >= opts.min_duration)
-            .sort(["dur", "start"], descending=[True, False])  # longest, then earliest: no tie left
-            .unique(["node", "gpu"], keep="first", maintain_order=True))
+            .sort(["node", "gpu", "start"]))  # every episode, each with its start and end
     out = []
+    sign = 1.0 if metric == "thermal" else -1.0  # thermal: C above the model; else a fraction below
     for row in runs.iter_rows(named=True):
         reasons = tuple(name for bit, name in REASONS.items() if row[f"r{bit}"] >= 0.5)
         f = SlowFinding(
             node=row["node"], gpu=int(row["gpu"]), scope="link" if metric == "ib_xmit" else "gpu",
-            metric=metric, deficit=-float(row["dev"]), z=-float(row["dev"]) / noise,
+            metric=metric, deficit=sign * float(row["dev"]), z=sign * float(row["dev"]) / noise,
             start=float(row["start"]), end=float(row["end"]) + interval, samples=int(row["samples"]),
             peers=int(row["peers"]), reasons=reasons, temp_delta_c=row.get("d_temp_c"),
             power_deficit=-row["d_power_w"] if row.get("d_power_w") is not None else None,
@@ -82,8 +89,39 @@ def replay_episodes(df: pl.DataFrame, interval: float, opts: SlowOptions,
                      interval, opts, noise)
 
 
+def _clusters(fs: list[SlowFinding], interval: float) -> list[list[SlowFinding]]:
+    """Episodes of one node grouped by overlap in time (a sweep over starts)."""
+    out: list[list[SlowFinding]] = []
+    end = float("-inf")
+    for f in sorted(fs, key=lambda f: (f.start, f.gpu or 0)):
+        if out and f.start <= end + interval:
+            out[-1].append(f)
+            end = max(end, f.end)
+        else:
+            out.append([f])
+            end = f.end
+    return out
+
+
+def _node_finding(node: str, group: list[SlowFinding], of: int) -> SlowFinding:
+    base = max(group, key=lambda f: (f.deficit, -(f.gpu or 0)))  # tie: lowest GPU
+    merged = SlowFinding(
+        node=node, gpu=None, scope="node", metric="sm_clock",
+        deficit=float(np.median([f.deficit for f in group])),
+        z=float(np.median([f.z for f in group])),
+        start=min(f.start for f in group), end=max(f.end for f in group),
+        samples=sum(f.samples for f in group), peers=base.peers,
+        reasons=tuple(sorted({r for f in group for r in f.reasons})),
+        temp_delta_c=base.temp_delta_c, power_deficit=base.power_deficit,
+        pcie_replays_per_hour=base.pcie_replays_per_hour, evidence="",
+        detected_at=min(f.detected_at for f in group))
+    return with_evidence(merged, gpus=len({f.gpu for f in group}), of=of)
+
+
 def merge_nodes(findings: list[SlowFinding], gpus_per_node: dict[str, int],
-                 interval: float) -> list[SlowFinding]:
+                interval: float) -> list[SlowFinding]:
+    """Half or more of a node's GPUs slow (SM clock) at overlapping times: one node finding per
+    such episode, ``all N GPUs`` only when every GPU of the node is in it."""
     by: dict[str, list[SlowFinding]] = {}
     for f in findings:
         if f.metric == "sm_clock":
@@ -91,24 +129,9 @@ def merge_nodes(findings: list[SlowFinding], gpus_per_node: dict[str, int],
     out = [f for f in findings if f.metric != "sm_clock"]
     for node, fs in by.items():
         n = gpus_per_node.get(node, 1)
-        start = float(np.median([f.start for f in fs]))
-        overlapping = [f for f in fs if f.start <= start + interval and f.end >= start]
-        if len(overlapping) >= max(2, n / 2):
-            base = max(overlapping, key=lambda f: (f.deficit, -(f.gpu or 0)))  # tie: lowest GPU
-            merged = SlowFinding(
-                node=node, gpu=None, scope="node", metric="sm_clock",
-                deficit=float(np.median([f.deficit for f in overlapping])),
-                z=float(np.median([f.z for f in overlapping])),
-                start=min(f.start for f in overlapping), end=max(f.end for f in overlapping),
-                samples=sum(f.samples for f in overlapping), peers=base.peers,
-                reasons=tuple(sorted({r for f in overlapping for r in f.reasons})),
-                temp_delta_c=base.temp_delta_c, power_deficit=base.power_deficit,
-                pcie_replays_per_hour=base.pcie_replays_per_hour, evidence="",
-                detected_at=min(f.detected_at for f in overlapping))
-            out.append(with_evidence(merged, gpus=len(overlapping)))
-            out += [f for f in fs if f not in overlapping]
-        else:
-            out += fs
+        for group in _clusters(fs, interval):
+            if len({f.gpu for f in group}) >= max(2, n / 2):
+                out.append(_node_finding(node, group, n))
+            else:
+                out += group
     return out
-
-

@@ -19,6 +19,8 @@ DCGM_COLUMNS: dict[str, tuple[str, ...]] = {
     "sm_clock_mhz": ("DCGM_FI_DEV_SM_CLOCK",),
     "power_w": ("DCGM_FI_DEV_POWER_USAGE",),
     "temp_c": ("DCGM_FI_DEV_GPU_TEMP",),
+    "util": ("DCGM_FI_DEV_GPU_UTIL",),
+    "power_limit_w": ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"),
     "clock_event_reasons": ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
     "pcie_replay": ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER",),
     "nvlink_errors": ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",),

@@ -10,7 +10,8 @@ import polars as pl
 from minutiae.errors import DataError, InputError, ParseError
 
 TELEMETRY_COLUMNS = ("time", "node", "gpu", "sm_clock_mhz", "power_w", "temp_c",
-                     "clock_event_reasons", "pcie_replay", "nvlink_errors", "ib_xmit_mbps")
+                     "clock_event_reasons", "pcie_replay", "nvlink_errors", "ib_xmit_mbps", "util",
+                     "power_limit_w", "throughput")
 
 
 def read_telemetry(path: Path) -> pl.DataFrame:
