@@ -7,6 +7,7 @@ command -v prometheus >/dev/null || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || need+=(prometheus-alertmanager)
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v numactl >/dev/null || need+=(numactl)
+command -v pg_ctl >/dev/null || [ -x /usr/lib/postgresql/15/bin/pg_ctl ] || need+=(postgresql)
 command -v curl >/dev/null || need+=(curl)
 command -v openssl >/dev/null || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then

@@ -10,11 +10,13 @@ mkdir -p "$DIR"
 "$HERE/prom-up.sh" "$DIR/prom" 19090
 "$HERE/alertmanager-up.sh" "$DIR/alertmanager" 19093 http://127.0.0.1:19094/alerts
 "$HERE/k8s-up.sh" "$DIR/k8s" 16443
+"$HERE/postgres-up.sh" "$DIR/pg" 15432
 cat > "$DIR/env" <<ENV
 export MINUTIAE_SLURM_CONF=$DIR/slurm/slurm.conf
 export MINUTIAE_PROM_URL=http://127.0.0.1:19090
 export MINUTIAE_PROM_TARGETS=$DIR/prom/targets.json
 export MINUTIAE_ALERTMANAGER_URL=http://127.0.0.1:19093 MINUTIAE_ALERTMANAGER_WEBHOOK=http://127.0.0.1:19094/alerts
 export MINUTIAE_KUBECONFIG=$DIR/k8s/kubeconfig
+export MINUTIAE_PG_DSN=postgresql://minutiae@127.0.0.1:15432/minutiae
 ENV
 echo "services up; variables in $DIR/env"
