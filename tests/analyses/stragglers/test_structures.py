@@ -250,3 +250,11 @@ def test_a_transient_fail_slow_is_judged_by_its_size_when_found() -> None:
     r = analyse(prepare(df, "transient"))
     assert [s.rank for s in r.suspects] == [7]
     assert r.suspects[0].slowdown < 0.03 < 0.2 < r.suspects[0].peak
+
+
+@pytest.mark.parametrize("seed", (2, 7))
+def test_min_slowdown_zero_finds_every_3pct_fault(seed: int) -> None:
+    # the floor hides a +3 % fault whose measured slowdown (with its lottery offset and AR
+    # wander) is ~2 %; --min-slowdown 0 must show it, not fold it into a "workload" finding
+    w, r = _run("gpu+3%", seed, min_slowdown=0.0)
+    assert any(w.faults[0].target in s.ranks for s in r.suspects)

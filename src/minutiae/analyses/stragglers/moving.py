@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from minutiae.analyses.stragglers.floor import KEEP_SHARE
+from minutiae.analyses.stragglers.floor import DEFAULT_MIN_SLOWDOWN, KEEP_SHARE
 from minutiae.analyses.stragglers.floor import size as size_of
 from minutiae.analyses.stragglers.types import Basis, Scope, Suspect, WorkloadImbalance
 
@@ -71,6 +71,8 @@ def split_moving(suspects: list[Suspect], rows: np.ndarray, index: dict[int, int
     log-ratios of every rank index (oldest first); ``index`` maps rank ids to indices;
     ``steps`` the steps tested; only alarms of at least ``KEEP_SHARE`` x ``floor`` count (a
     GPU wandering below the floor is no evidence of moving work)."""
+    floor = max(floor, DEFAULT_MIN_SLOWDOWN)  # --min-slowdown 0 shows more, not less
+
     def eligible(s: Suspect) -> bool:
         return (s.basis is not Basis.COMMUNICATION and s.scope in (Scope.GPU, Scope.NODE)
                 and size_of(s) >= KEEP_SHARE * floor)
