@@ -10,7 +10,7 @@ import pytest
 from minutiae.cli.main import main
 from minutiae.model import Action, Status
 from minutiae.node.check import CheckConfig, CheckMemory, NodeReport, run_check
-from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
+from minutiae.node.sources.nvidia_smi.parse.text import parse_nvidia_smi_text
 from minutiae.testing import FakeClock
 from minutiae.testing.fake_nvml import FakeNvml
 from minutiae.testing.sysfs import ib_port, ib_tree, pcie_device, set_file

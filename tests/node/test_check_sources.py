@@ -128,7 +128,7 @@ def test_one_megabyte_lines_and_binary_garbage_never_crash(tmp_path: Path) -> No
     from minutiae.node.sources.dcgm.parse import parse_dcgm
     from minutiae.node.sources.ib.parse_ibstat import parse_ibstat
     from minutiae.node.sources.ib.read_sysfs import read_sysfs_ib
-    from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
+    from minutiae.node.sources.nvidia_smi.parse.text import parse_nvidia_smi_text
     from minutiae.node.sources.nvidia_smi.read import read_nvidia_smi_file
     from minutiae.testing.sysfs import set_file
 

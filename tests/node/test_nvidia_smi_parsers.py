@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from minutiae.errors import ParseError
 from minutiae.model.gpu_metrics import REASONS, normalize_pci, reason_names
 from minutiae.model.snapshot import Snapshot
-from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
-from minutiae.node.sources.nvidia_smi.parse_xml import parse_nvidia_smi_xml
+from minutiae.node.sources.nvidia_smi.parse.text import parse_nvidia_smi_text
+from minutiae.node.sources.nvidia_smi.parse.xml import parse_nvidia_smi_xml
 from minutiae.node.sources.nvidia_smi.read import read_nvidia_smi_file
 
 
@@ -213,7 +213,7 @@ def test_unopenable_gpu_is_lost(line: str, comp: str, reason: str, realdata: Pat
 
 
 def test_nvlink_status_a100(realdata: Path) -> None:
-    from minutiae.node.sources.nvidia_smi.parse_nvlink import parse_nvlink_status
+    from minutiae.node.sources.nvidia_smi.parse.nvlink import parse_nvlink_status
 
     path = realdata / "nvidia_smi" / "gpud" / "nvidia-smi.nvlink.status.a100"
     s = parse_nvlink_status(path.read_text(), str(path))
@@ -229,7 +229,7 @@ def test_nvlink_status_a100(realdata: Path) -> None:
 
 
 def test_nvlink_inactive_links_map_onto_the_gpu_by_uuid(realdata: Path) -> None:
-    from minutiae.node.sources.nvidia_smi.parse_nvlink import by_uuid, parse_nvlink_status
+    from minutiae.node.sources.nvidia_smi.parse.nvlink import by_uuid, parse_nvlink_status
     from minutiae.rules.counters.load import counter_rules
     from minutiae.rules.counters.model import context, evaluate
 
@@ -248,7 +248,7 @@ def test_nvlink_inactive_links_map_onto_the_gpu_by_uuid(realdata: Path) -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.text(max_size=600))
 def test_nvlink_parser_never_crashes(text: str) -> None:
-    from minutiae.node.sources.nvidia_smi.parse_nvlink import parse_nvlink_status
+    from minutiae.node.sources.nvidia_smi.parse.nvlink import parse_nvlink_status
 
     parse_nvlink_status("GPU 0: X (UUID: GPU-12345678-aaaa)\n" + text, "fuzz")
 

@@ -9,7 +9,7 @@ import pytest
 
 from minutiae.errors import SourceUnavailable
 from minutiae.model.snapshot import Snapshot
-from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
+from minutiae.node.sources.nvidia_smi.parse.text import parse_nvidia_smi_text
 from minutiae.node.sources.nvml import read_nvml
 from minutiae.testing.fake_nvml import FakeNvml
 

@@ -9,8 +9,8 @@ import pytest
 from minutiae.errors import ConfigError
 from minutiae.model import COUNTER_KINDS, Action, Severity
 from minutiae.node.sources.ib.read_sysfs import read_sysfs_ib
-from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
-from minutiae.node.sources.nvidia_smi.parse_xml import parse_nvidia_smi_xml
+from minutiae.node.sources.nvidia_smi.parse.text import parse_nvidia_smi_text
+from minutiae.node.sources.nvidia_smi.parse.xml import parse_nvidia_smi_xml
 from minutiae.rules.counters.load import build_rules, counter_rules
 from minutiae.rules.counters.model import Context, context, evaluate
 from minutiae.rules.logs import catalog_text, parse_toml

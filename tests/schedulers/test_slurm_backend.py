@@ -247,7 +247,7 @@ def test_counter_conditions_are_not_acknowledged_by_a_resume(realdata, tmp_path)
 
     from minutiae.agent.healthcheck import check_with_slurm
     from minutiae.node.check import CheckConfig
-    from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
+    from minutiae.node.sources.nvidia_smi.parse.text import parse_nvidia_smi_text
     from minutiae.testing import FakeClock
     from minutiae.testing.fake_nvml import FakeNvml
 

@@ -21,17 +21,17 @@ def read_nvidia_smi_file(path: Path) -> Snapshot:
     if len(data) > MAX_BYTES:
         raise InputError(f"larger than {MAX_BYTES} bytes; not an nvidia-smi capture", str(path))
     if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
-        from minutiae.node.sources.nvidia_smi.parse_xml import parse_nvidia_smi_xml
+        from minutiae.node.sources.nvidia_smi.parse.xml import parse_nvidia_smi_xml
 
         return parse_nvidia_smi_xml(data, str(path))
-    from minutiae.node.sources.nvidia_smi.parse_text import parse_nvidia_smi_text
+    from minutiae.node.sources.nvidia_smi.parse.text import parse_nvidia_smi_text
 
     return parse_nvidia_smi_text(data.decode("utf-8", errors="replace"), str(path))
 
 
 def read_nvlink_status_file(path: Path) -> Snapshot:
     """A captured ``nvidia-smi nvlink --status``. Raises ``InputError`` naming the path."""
-    from minutiae.node.sources.nvidia_smi.parse_nvlink import parse_nvlink_status
+    from minutiae.node.sources.nvidia_smi.parse.nvlink import parse_nvlink_status
 
     try:
         with open(path, "rb") as fh:

@@ -23,7 +23,7 @@ def _read_capture(req: Request) -> Reading | None:
 def _read_nvlink(req: Request) -> Reading | None:
     if req.cfg.nvlink_status is None or req.base is None:
         return None
-    from minutiae.node.sources.nvidia_smi.parse_nvlink import by_uuid
+    from minutiae.node.sources.nvidia_smi.parse.nvlink import by_uuid
     from minutiae.node.sources.nvidia_smi.read import read_nvlink_status_file
 
     try:

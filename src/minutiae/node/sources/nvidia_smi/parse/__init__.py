@@ -1,0 +1,1 @@
+"""minutiae.node.sources.nvidia_smi.parse"""
