@@ -69,7 +69,7 @@ class _Dev:
     nets: list[ET.Element] = field(default_factory=list)
 
 
-def parse_nccl_topo(data: str | bytes, where: str | None = None) -> NodeTopology:
+def _root(data: str | bytes, where: str | None, notes: list[str]) -> ET.Element:
     try:
         root = ET.fromstring(data)
     except ET.ParseError as exc:
@@ -80,36 +80,39 @@ def parse_nccl_topo(data: str | bytes, where: str | None = None) -> NodeTopology
     if root.tag != "system":
         raise ParseError(f"not an NCCL topology file (root element <{root.tag}>, expected <system>)",
                          where)
-    notes: list[str] = []
-    missing: list[str] = []
     version = root.get("version")
     if version not in ("1", "2"):
         notes.append(f"NCCL topology XML version {version!r} is newer than the versions read "
                      "here (1, 2); read as version 1")
+    return root
+
+
+def _walk(elem: ET.Element, numa: int | None, chain: tuple[str, ...], cpus: tuple[int, ...],
+          devs: list[_Dev]) -> None:
+    for child in elem:
+        if child.tag == "pci":
+            busid = (child.get("busid") or "").lower() or None
+            cls = (child.get("class") or "").lower()
+            gpu = child.find("gpu")
+            nic = child.find("nic")
+            place = PciPlace(numa, chain)
+            if gpu is not None or cls.startswith(("0x0302", "0x0300")):
+                devs.append(_Dev("gpu", busid, place, gpu if gpu is not None else child, child, cpus))
+            elif nic is not None or cls.startswith("0x02"):
+                devs.append(_Dev("nic", busid, place, child, child, cpus,
+                                 nets=list(nic.iter("net")) if nic is not None else []))
+            elif cls.startswith("0x0108"):
+                devs.append(_Dev("nvme", busid, place, child, child, cpus))
+            elif len(child):
+                _walk(child, numa, (*chain, busid or "?"), cpus, devs)
+        elif child.tag == "nic":
+            devs.append(_Dev("nic", None, PciPlace(numa, chain), child, None, cpus,
+                             nets=list(child.iter("net"))))
+
+
+def _devices(root: ET.Element, where: str | None) -> tuple[list[_Dev], dict[int, tuple[int, ...]]]:
     devs: list[_Dev] = []
     numa_cpus: dict[int, tuple[int, ...]] = {}
-
-    def walk(elem: ET.Element, numa: int | None, chain: tuple[str, ...], cpus: tuple[int, ...]) -> None:
-        for child in elem:
-            if child.tag == "pci":
-                busid = (child.get("busid") or "").lower() or None
-                cls = (child.get("class") or "").lower()
-                gpu = child.find("gpu")
-                nic = child.find("nic")
-                if gpu is not None or cls.startswith(("0x0302", "0x0300")):
-                    devs.append(_Dev("gpu", busid, PciPlace(numa, chain), gpu if gpu is not None
-                                     else child, child, cpus))
-                elif nic is not None or cls.startswith("0x02"):
-                    devs.append(_Dev("nic", busid, PciPlace(numa, chain), child, child, cpus,
-                                     nets=list(nic.iter("net")) if nic is not None else []))
-                elif cls.startswith("0x0108"):
-                    devs.append(_Dev("nvme", busid, PciPlace(numa, chain), child, child, cpus))
-                elif len(child):
-                    walk(child, numa, (*chain, busid or "?"), cpus)
-            elif child.tag == "nic":
-                devs.append(_Dev("nic", None, PciPlace(numa, chain), child, None, cpus,
-                                 nets=list(child.iter("net"))))
-
     for cpu in root.iter("cpu"):
         numa = _int(cpu.get("numaid"))
         cpus: tuple[int, ...] = ()
@@ -121,92 +124,111 @@ def parse_nccl_topo(data: str | bytes, where: str | None = None) -> NodeTopology
                 raise ParseError(f"cpu numaid={numa}: unreadable affinity: {exc}", where) from None
         if numa is not None:
             numa_cpus[numa] = cpus
-        walk(cpu, numa, (), cpus)
+        _walk(cpu, numa, (), cpus, devs)
+    return devs, numa_cpus
 
-    gpus_d = [d for d in devs if d.kind == "gpu"]
-    # GPU index: <gpu dev> when present, else PCI bus order
-    def gpu_key(d: _Dev) -> tuple[int, str]:
-        dev = _int(d.elem.get("dev")) if d.elem.tag == "gpu" else None
-        return (dev if dev is not None else 1 << 20, d.busid or "")
 
-    gpus_d.sort(key=gpu_key)
+def _gpu_key(d: _Dev) -> tuple[int, str]:
+    """GPU index: ``<gpu dev>`` when present, else PCI bus order."""
+    dev = _int(d.elem.get("dev")) if d.elem.tag == "gpu" else None
+    return (dev if dev is not None else 1 << 20, d.busid or "")
+
+
+def _links(d: _Dev, idx: int, by_bus: dict[str, int], notes: list[str],
+           switch_peers: list[int]) -> list[NvLink]:
+    links: list[NvLink] = []
+    for nv in d.elem.findall("nvlink") if d.elem.tag == "gpu" else []:
+        target = (nv.get("target") or "").lower()
+        count = _int(nv.get("count"))
+        if (nv.get("tclass") or "").lower().startswith("0x0680"):
+            switch_peers.append(idx)
+            links.append(NvLink(peer=-1, links=count, via_switch=True))
+        elif target == d.busid:
+            notes.append(f"GPU{idx}: NVLink entry pointing at itself ignored")
+        elif target in by_bus:
+            links.append(NvLink(peer=by_bus[target], links=count))
+    return links
+
+
+def _via_switch(gpus: list[Gpu], switch_peers: list[int]) -> list[Gpu]:
+    """NVSwitch: every GPU linked to a switch is a peer of every other such GPU."""
+    resolved = []
+    for g in gpus:
+        sw = [lk for lk in g.nvlinks if lk.via_switch]
+        direct = [lk for lk in g.nvlinks if not lk.via_switch]
+        if sw:
+            count = sum(lk.links or 0 for lk in sw) or None
+            direct += [NvLink(peer=p, links=count, via_switch=True)
+                       for p in switch_peers if p != g.index]
+        resolved.append(Gpu(g.index, g.pci, g.numa, g.cpus, tuple(direct), g.model, g.uuid,
+                            g.pcie_gen, g.pcie_width))
+    return resolved
+
+
+def _gpus(gpus_d: list[_Dev], notes: list[str]) -> list[Gpu]:
     by_bus = {d.busid: i for i, d in enumerate(gpus_d) if d.busid}
     gpus: list[Gpu] = []
     switch_peers: list[int] = []
     for i, d in enumerate(gpus_d):
         dev_attr = _int(d.elem.get("dev")) if d.elem.tag == "gpu" else None
         idx = dev_attr if dev_attr is not None else i
-        links: list[NvLink] = []
-        for nv in d.elem.findall("nvlink") if d.elem.tag == "gpu" else []:
-            target = (nv.get("target") or "").lower()
-            count = _int(nv.get("count"))
-            tclass = (nv.get("tclass") or "").lower()
-            if tclass.startswith("0x0680"):
-                switch_peers.append(idx)
-                links.append(NvLink(peer=-1, links=count, via_switch=True))
-            elif target == d.busid:
-                notes.append(f"GPU{idx}: NVLink entry pointing at itself ignored")
-            elif target in by_bus:
-                links.append(NvLink(peer=by_bus[target], links=count))
         pci = d.pci
         gpus.append(Gpu(
-            index=idx, pci=d.busid, numa=d.place.numa, cpus=d.cpus, nvlinks=tuple(links),
+            index=idx, pci=d.busid, numa=d.place.numa, cpus=d.cpus,
+            nvlinks=tuple(_links(d, idx, by_bus, notes, switch_peers)),
             pcie_gen=pcie_gen(pci.get("link_speed")) if pci is not None else None,
             pcie_width=_width(pci.get("link_width")) if pci is not None else None,
         ))
-    # NVSwitch: every GPU linked to a switch is a peer of every other such GPU
-    if switch_peers:
-        resolved = []
-        for g in gpus:
-            sw = [lk for lk in g.nvlinks if lk.via_switch]
-            direct = [lk for lk in g.nvlinks if not lk.via_switch]
-            if sw:
-                count = sum(lk.links or 0 for lk in sw) or None
-                direct += [NvLink(peer=p, links=count, via_switch=True)
-                           for p in switch_peers if p != g.index]
-            resolved.append(Gpu(g.index, g.pci, g.numa, g.cpus, tuple(direct), g.model, g.uuid,
-                                g.pcie_gen, g.pcie_width))
-        gpus = resolved
+    return _via_switch(gpus, switch_peers) if switch_peers else gpus
 
+
+def _nics(devs: list[_Dev], missing: list[str]) -> tuple[list[Nic], dict[str, PciPlace]]:
     nics: list[Nic] = []
-    nic_places: dict[str, PciPlace] = {}
+    places: dict[str, PciPlace] = {}
     unnamed = 0
     for d in sorted((d for d in devs if d.kind == "nic"), key=lambda d: d.busid or ""):
         pci = d.pci
-        cls = (pci.get("class") or "").lower() if pci is not None else ""
-        vendor = (pci.get("vendor") or "").lower() if pci is not None else ""
-        device = (pci.get("device") or "").lower() if pci is not None else ""
+        cls, vendor, device = ((pci.get(k) or "").lower() if pci is not None else ""
+                               for k in ("class", "vendor", "device"))
         kind = nic_kind_from_pci(cls, vendor, device)
         gen = pcie_gen(pci.get("link_speed")) if pci is not None else None
         width = _width(pci.get("link_width")) if pci is not None else None
-        if d.nets:
-            for net in d.nets:
-                name = net.get("name") or d.busid or f"net{net.get('dev')}"
-                speed = _int(net.get("speed"))
-                nics.append(Nic(
-                    name=name, pci=d.busid, numa=d.place.numa, cpus=d.cpus, kind=kind,
-                    rate_gbps=speed / 1000 if speed else None, port=_int(net.get("port")),
-                    gdr=net.get("gdr") == "1" if net.get("gdr") else None,
-                    pcie_gen=gen, pcie_width=width,
-                ))
-                nic_places[name] = d.place
-        else:
+        for net in d.nets:
+            name = net.get("name") or d.busid or f"net{net.get('dev')}"
+            speed = _int(net.get("speed"))
+            nics.append(Nic(
+                name=name, pci=d.busid, numa=d.place.numa, cpus=d.cpus, kind=kind,
+                rate_gbps=speed / 1000 if speed else None, port=_int(net.get("port")),
+                gdr=net.get("gdr") == "1" if net.get("gdr") else None,
+                pcie_gen=gen, pcie_width=width))
+            places[name] = d.place
+        if not d.nets:
             unnamed += 1
             name = d.busid or f"nic{unnamed}"
             nics.append(Nic(name=name, pci=d.busid, numa=d.place.numa, cpus=d.cpus, kind=kind,
                             pcie_gen=gen, pcie_width=width))
-            nic_places[name] = d.place
+            places[name] = d.place
     if unnamed:
         missing.append(f"{unnamed} NIC(s) carry no <net> name in this file: named by PCI bus id "
                        "(use --sysfs-root or a dump from the node for RDMA device names)")
-    nvmes = [Nvme(name=d.busid or "nvme?", pci=d.busid, numa=d.place.numa)
-             for d in devs if d.kind == "nvme"]
+    return nics, places
+
+
+def parse_nccl_topo(data: str | bytes, where: str | None = None) -> NodeTopology:
+    notes: list[str] = []
+    missing: list[str] = []
+    devs, numa_cpus = _devices(_root(data, where, notes), where)
+    gpus_d = sorted((d for d in devs if d.kind == "gpu"), key=_gpu_key)
+    gpus = _gpus(gpus_d, notes)
+    nics, nic_places = _nics(devs, missing)
+    nvme_d = [d for d in devs if d.kind == "nvme"]
+    nvmes = [Nvme(name=d.busid or "nvme?", pci=d.busid, numa=d.place.numa) for d in nvme_d]
     gpu_nic: dict[tuple[int, str], PathType] = {}
     gpu_nvme: dict[tuple[int, str], PathType] = {}
     for g, d in zip(gpus, gpus_d, strict=True):
         for n in nics:
             gpu_nic[(g.index, n.name)] = classify(d.place, nic_places[n.name])
-        for drive, dn in zip(nvmes, [x for x in devs if x.kind == "nvme"], strict=True):
+        for drive, dn in zip(nvmes, nvme_d, strict=True):
             gpu_nvme[(g.index, drive.name)] = classify(d.place, dn.place)
     if not gpus:
         missing.append("no GPU in this file")
