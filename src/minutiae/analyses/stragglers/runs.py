@@ -51,6 +51,8 @@ def segment_ids(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     step = df["step"].cast(pl.Int64, strict=False).fill_null(-1).to_numpy()
     rank = df["rank"].cast(pl.Int64, strict=False).fill_null(-1).to_numpy()
+    if bool((np.diff(step) >= 0).all()) and _same_node_throughout(df, rank):
+        return None  # steps never go back (rows in step order) and no rank changes node
     node: np.ndarray | None = None
     if "node" in df.columns:
         node = (df["node"].cast(pl.String).fill_null("").cast(pl.Categorical).to_physical()
@@ -81,6 +83,19 @@ def segment_ids(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     opened = np.empty_like(why)
     opened[order] = why
     return seg, opened
+
+
+def _same_node_throughout(df: pl.DataFrame, rank: np.ndarray) -> bool:
+    """Whether every rank's rows name one node, from row hashes (no sort, no categorical):
+    each row's hash against its rank's first row's."""
+    if "node" not in df.columns:
+        return True
+    if rank.min() < 0 or rank.max() > 16 * rank.size + (1 << 20):
+        return False
+    h = df["node"].hash(seed=0).to_numpy()
+    first = np.zeros(int(rank.max()) + 1, dtype=h.dtype)
+    first[rank[::-1]] = h[::-1]  # the last write wins: each rank's first row
+    return bool((h == first[rank]).all())
 
 
 def analyse_runs(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = None,
