@@ -148,13 +148,10 @@ def infer_rollouts(runs: Sequence[RunRecord]) -> list[Rollout]:
     return out
 
 
-def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | None = None,
-                       ) -> list[RolloutVerdict]:
-    """Test every rollout as a cause (``rollouts`` None: inferred from attribute columns)."""
-    panel = make_panel(runs)
-    ros = list(rollouts) if rollouts is not None else infer_rollouts(panel.runs)
-    if not ros:
-        return []
+def _exposures(panel: Panel, ros: Sequence[Rollout],
+               ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Per rollout: runs exposed through any node, through all nodes, and runs whose version
+    field is empty (unknown, not "old": they get their own level in the fits)."""
     n = len(panel.runs)
     anys, alls, missing = [], [], []
     mem: _Membership | None = None
@@ -167,11 +164,22 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
             a = np.fromiter((ro.new in r.attrs.get(ro.attr, ()) for r in panel.runs), dtype=float, count=n)
             b = np.fromiter((r.attrs.get(ro.attr, frozenset()) == {ro.new} for r in panel.runs),
                             dtype=float, count=n)
-            # an empty version column is unknown, not "old": such runs get their own level
             miss = np.fromiter((not r.attrs.get(ro.attr) for r in panel.runs), dtype=float, count=n)
         anys.append(a)
         alls.append(b)
         missing.append(miss)
+    return anys, alls, missing
+
+
+def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | None = None,
+                       ) -> list[RolloutVerdict]:
+    """Test every rollout as a cause (``rollouts`` None: inferred from attribute columns)."""
+    panel = make_panel(runs)
+    ros = list(rollouts) if rollouts is not None else infer_rollouts(panel.runs)
+    if not ros:
+        return []
+    n = len(panel.runs)
+    anys, alls, missing = _exposures(panel, ros)
     nuis = np.column_stack([m for m in missing if m.any()]) if any(m.any() for m in missing) \
         else np.zeros((n, 0))
     fit_any = fe_joint(panel, np.column_stack([*anys, nuis]))[:len(ros)]
