@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from minutiae.analyses.topology.parse_nccl import pcie_gen
 from minutiae.analyses.topology.parse_pci import PciPlace, classify
@@ -77,29 +78,64 @@ def parse_ib_state(text: str | None) -> str | None:
     return text.strip().partition(":")[2].strip() or text.strip()
 
 
+def _numa_of(d: PciDevInfo) -> int | None:
+    n = _int(d.attrs.get("numa_node"))
+    return n if n is not None and n >= 0 else None
+
+
+def _cpus_of(d: PciDevInfo | None, notes: list[str]) -> tuple[int, ...]:
+    if d is None:
+        return ()
+    try:
+        return parse_cpulist(d.attrs.get("local_cpulist", ""))
+    except ValueError:
+        notes.append(f"{d.busid}: unreadable local_cpulist")
+        return ()
+
+
+def _link(d: PciDevInfo | None) -> tuple[int | None, int | None, int | None, int | None]:
+    """(current gen, current width, max gen, max width) of a PCI function."""
+    if d is None:
+        return None, None, None, None
+    return (pcie_gen(d.attrs.get("current_link_speed")), _int(d.attrs.get("current_link_width")) or None,
+            pcie_gen(d.attrs.get("max_link_speed")), _int(d.attrs.get("max_link_width")) or None)
+
+
+def _nic(ib: Any, pd: PciDevInfo | None, notes: list[str]) -> Nic:
+    port_no = min(ib.ports) if ib.ports else None
+    port = ib.ports.get(port_no, {}) if port_no is not None else {}
+    link_layer = (port.get("link_layer") or "").strip() or None
+    gen, width, max_gen, max_width = _link(pd)
+    kind = nic_kind_from_pci(pd.attrs.get("class") if pd else None,
+                             pd.attrs.get("vendor") if pd else None,
+                             pd.attrs.get("device") if pd else None, link_layer)
+    return Nic(name=ib.name, pci=ib.busid, numa=_numa_of(pd) if pd else None,
+               cpus=_cpus_of(pd, notes), kind=kind, rate_gbps=parse_ib_rate(port.get("rate")),
+               state=parse_ib_state(port.get("state")), port=port_no, link_layer=link_layer,
+               firmware=(ib.attrs.get("fw_ver") or "").strip() or None,
+               netdev=ib.netdevs[0] if ib.netdevs else None, pcie_gen=gen, pcie_width=width,
+               pcie_max_gen=max_gen, pcie_max_width=max_width)
+
+
+def _missing(snap: SysfsTopoSnapshot, nics: list[Nic], gpus: list[Gpu]) -> list[str]:
+    out = [f"unreadable: {u}" for u in snap.unreadable]
+    unplaced = [n.name for n in nics if n.pci is None]
+    if unplaced:
+        out.append(f"no PCI device link for {', '.join(unplaced)}: NUMA and GPU paths unknown")
+    if not snap.pci:
+        out.append("no PCI devices under bus/pci/devices: GPUs not visible")
+    elif not gpus:
+        out.append("no NVIDIA GPU among the PCI devices")
+    return out + ["NVLink peers are not in sysfs (use nvidia-smi topo -m)"]
+
+
 def topology_from_sysfs(snap: SysfsTopoSnapshot) -> NodeTopology:
-    missing: list[str] = [f"unreadable: {u}" for u in snap.unreadable]
     notes: list[str] = []
     by_bus = {d.busid: d for d in snap.pci}
 
     def place(busid: str | None) -> PciPlace:
         d = by_bus.get(busid or "")
-        if d is None:
-            return PciPlace(None, ())
-        return PciPlace(numa_of(d), d.chain, bool(d.chain))
-
-    def numa_of(d: PciDevInfo) -> int | None:
-        n = _int(d.attrs.get("numa_node"))
-        return n if n is not None and n >= 0 else None
-
-    def cpus_of(d: PciDevInfo | None) -> tuple[int, ...]:
-        if d is None:
-            return ()
-        try:
-            return parse_cpulist(d.attrs.get("local_cpulist", ""))
-        except ValueError:
-            notes.append(f"{d.busid}: unreadable local_cpulist")
-            return ()
+        return PciPlace(None, ()) if d is None else PciPlace(_numa_of(d), d.chain, bool(d.chain))
 
     gpu_devs = sorted((d for d in snap.pci
                        if d.attrs.get("vendor", "").lower() == "0x10de"
@@ -107,59 +143,24 @@ def topology_from_sysfs(snap: SysfsTopoSnapshot) -> NodeTopology:
                       key=lambda d: d.busid)
     gpus = []
     for i, d in enumerate(gpu_devs):
-        gpus.append(Gpu(
-            index=i, pci=d.busid, numa=numa_of(d), cpus=cpus_of(d),
-            pcie_gen=pcie_gen(d.attrs.get("current_link_speed")),
-            pcie_width=_int(d.attrs.get("current_link_width")) or None,
-            pcie_max_gen=pcie_gen(d.attrs.get("max_link_speed")),
-            pcie_max_width=_int(d.attrs.get("max_link_width")) or None,
-        ))
-    nics = []
-    for ib in sorted(snap.ib, key=lambda x: x.name):
-        pd = by_bus.get(ib.busid or "")
-        port_no = min(ib.ports) if ib.ports else None
-        port = ib.ports.get(port_no, {}) if port_no is not None else {}
-        link_layer = (port.get("link_layer") or "").strip() or None
-        kind = nic_kind_from_pci(pd.attrs.get("class") if pd else None,
-                                 pd.attrs.get("vendor") if pd else None,
-                                 pd.attrs.get("device") if pd else None, link_layer)
-        nics.append(Nic(
-            name=ib.name, pci=ib.busid, numa=numa_of(pd) if pd else None, cpus=cpus_of(pd),
-            kind=kind, rate_gbps=parse_ib_rate(port.get("rate")),
-            state=parse_ib_state(port.get("state")), port=port_no, link_layer=link_layer,
-            firmware=(ib.attrs.get("fw_ver") or "").strip() or None,
-            netdev=ib.netdevs[0] if ib.netdevs else None,
-            pcie_gen=pcie_gen(pd.attrs.get("current_link_speed")) if pd else None,
-            pcie_width=(_int(pd.attrs.get("current_link_width")) or None) if pd else None,
-            pcie_max_gen=pcie_gen(pd.attrs.get("max_link_speed")) if pd else None,
-            pcie_max_width=(_int(pd.attrs.get("max_link_width")) or None) if pd else None,
-        ))
-    unplaced = [n.name for n in nics if n.pci is None]
-    if unplaced:
-        missing.append(f"no PCI device link for {', '.join(unplaced)}: NUMA and GPU paths unknown")
-    nvmes = [Nvme(name=name, pci=bus, numa=numa_of(by_bus[bus]) if bus in by_bus else None)
+        gen, width, max_gen, max_width = _link(d)
+        gpus.append(Gpu(index=i, pci=d.busid, numa=_numa_of(d), cpus=_cpus_of(d, notes),
+                        pcie_gen=gen, pcie_width=width, pcie_max_gen=max_gen, pcie_max_width=max_width))
+    nics = [_nic(ib, by_bus.get(ib.busid or ""), notes) for ib in sorted(snap.ib, key=lambda x: x.name)]
+    nvmes = [Nvme(name=name, pci=bus, numa=_numa_of(by_bus[bus]) if bus in by_bus else None)
              for name, bus in sorted(snap.nvme)]
-    gpu_nic: dict[tuple[int, str], PathType] = {}
-    gpu_nvme: dict[tuple[int, str], PathType] = {}
-    for g in gpus:
-        pg = place(g.pci)
-        for n in nics:
-            gpu_nic[(g.index, n.name)] = classify(pg, place(n.pci)) if n.pci else PathType.UNKNOWN
-        for v in nvmes:
-            gpu_nvme[(g.index, v.name)] = classify(pg, place(v.pci)) if v.pci else PathType.UNKNOWN
+    gpu_nic = {(g.index, n.name): classify(place(g.pci), place(n.pci)) if n.pci else PathType.UNKNOWN
+               for g in gpus for n in nics}
+    gpu_nvme = {(g.index, v.name): classify(place(g.pci), place(v.pci)) if v.pci else PathType.UNKNOWN
+                for g in gpus for v in nvmes}
     numa_cpus: dict[int, tuple[int, ...]] = {}
     for node, text in sorted(snap.numa.items()):
         try:
             numa_cpus[node] = parse_cpulist(text)
         except ValueError:
             notes.append(f"node{node}: unreadable cpulist {text!r}")
-    if not snap.pci:
-        missing.append("no PCI devices under bus/pci/devices: GPUs not visible")
-    elif not gpus:
-        missing.append("no NVIDIA GPU among the PCI devices")
-    missing.append("NVLink peers are not in sysfs (use nvidia-smi topo -m)")
     return NodeTopology(
         source="sysfs", where=snap.root, gpus=tuple(gpus), nics=tuple(nics), nvmes=tuple(nvmes),
         gpu_nic=gpu_nic, gpu_nvme=gpu_nvme, numa_cpus=numa_cpus, facts=dict(snap.facts),
-        missing=tuple(missing), notes=tuple(notes),
+        missing=tuple(_missing(snap, nics, gpus)), notes=tuple(notes),
     )

@@ -73,9 +73,8 @@ def _pcie(gen: int | None, width: int | None) -> str | None:
     return f"{gen if gen is not None else '?'}x{width if width is not None else '?'}"
 
 
-def fingerprint(t: NodeTopology) -> dict[str, Value]:
-    """The node in profile vocabulary; attributes the source cannot tell are absent."""
-    fp: dict[str, Value] = {"gpus.count": len(t.gpus)}
+def _gpu_fp(t: NodeTopology, fp: dict[str, Value]) -> None:
+    fp["gpus.count"] = len(t.gpus)
     models = {g.model for g in t.gpus if g.model}
     if len(models) == 1:
         fp["gpus.model"] = models.pop()
@@ -105,6 +104,9 @@ def fingerprint(t: NodeTopology) -> dict[str, Value]:
             fp["gpus.local_nic"] = all(p.gdr_local for p in placements)
             fp["gpus.pairing"] = ";".join(f"{p.gpu.index}>{'+'.join(p.nearest_nics)}"
                                           for p in placements)
+
+
+def _nic_fp(t: NodeTopology, fp: dict[str, Value]) -> None:
     rdma = [n for n in t.nics if n.kind is not NicKind.ETHERNET or n.name.startswith("mlx")]
     if t.source != "nvidia-smi-topo" or t.nics:
         fp["nics.count"] = len(rdma)
@@ -126,6 +128,13 @@ def fingerprint(t: NodeTopology) -> dict[str, Value]:
         if npcie:
             w = min(npcie)
             fp["nics.pcie"] = _pcie(w[0] or None, w[1] or None) or ""
+
+
+def fingerprint(t: NodeTopology) -> dict[str, Value]:
+    """The node in profile vocabulary; attributes the source cannot tell are absent."""
+    fp: dict[str, Value] = {}
+    _gpu_fp(t, fp)
+    _nic_fp(t, fp)
     if t.nvmes or t.source in ("sysfs", "hwloc-xml-v2", "hwloc-xml-v3"):
         fp["nvme.count"] = len(t.nvmes)
     for key, attr in (("driver", "software.driver"), ("kernel", "software.kernel"),
