@@ -25,10 +25,11 @@ def _record(paths: list[Path], db: Path | None, run_id: str | None, signature: s
         start = min(p.stat().st_mtime for p in paths)
     except OSError as exc:
         raise InputError(f"cannot read ({exc.strerror or exc})", str(paths[0])) from None
-    record_run(RunStore(db), job_record(report, run_id, signature, start))
-    if not as_json:
+    if not as_json:  # the report first: a log of slowest-rank reports only has nothing to record
         for line in report.lines():
             click.echo(line, err=True)
+    record_run(RunStore(db), job_record(report, run_id, signature, start))
+    if not as_json:
         click.echo(f"recorded {run_id} ({signature}) into {db}", err=True)
 
 

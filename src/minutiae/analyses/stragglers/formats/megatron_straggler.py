@@ -22,8 +22,8 @@ _BOTTOM = re.compile(r"Bottom\s+\d+\s+Ranks with lowest\s+Etpt\(TF\):\s*" + NUM 
 
 class Reader(LineReader):
     name = "megatron-straggler"
-    advice = ("StragglerDetector reports the slowest rank per interval, not every rank's time: "
-              "the job-level report lists them; add --timing-log-option all for per-rank timers")
+    advice = ("StragglerDetector reports the slowest rank per interval, not every rank's time "
+              "(add --timing-log-option all for per-rank timers)")
     signs = ("MxRtt/Rnk", "Ranks with lowest")
 
     def feed(self, no: int, rank: int | None, line: str) -> bool:

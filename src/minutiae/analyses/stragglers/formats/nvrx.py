@@ -26,8 +26,7 @@ _PART = re.compile(r"^\s*(Worst|Best) performing \d+/\d+ ranks:")
 
 class Reader(LineReader):
     name = "nvrx"
-    advice = ("nvidia-resiliency-ext reports scores, not step times: the ranks it names are "
-              "listed as suspects by the job-level report")
+    advice = "nvidia-resiliency-ext reports relative scores, not step times"
     signs = ("performance:", "performing", "Rank=")
 
     def __init__(self) -> None:

@@ -36,6 +36,8 @@ def refusal(log: TrainLog) -> str:
     """The one line said when ``per_rank`` is empty: what was recognised, what is missing and the
     first line verbatim."""
     first = f'first line: "{log.first_line}"'
+    if log.skipped:
+        first = f"{first} (skipped {'; '.join(log.notes()[:2])})"
     if not log.formats:
         return ("not a timing CSV (need a header with at least step,rank,seconds) nor a training "
                 "log of a known format (Megatron-LM, Megatron-DeepSpeed, DeepSpeed, NeMo, "
@@ -46,8 +48,9 @@ def refusal(log: TrainLog) -> str:
     who = f"rank {ranks[0]} only" if len(ranks) == 1 else "no rank named"
     fmt = log.formats[0]
     advice = _ADVICE["megatron"] if fmt.startswith("megatron") else _ADVICE.get(fmt, "")
-    slowest = (f"; it names the slowest rank of {len(log.evidence)} interval(s): see the "
-               "job-level report") if log.evidence else ""
+    slowest = (f"; it names the slowest rank of {len(log.evidence)} interval(s): `minutiae "
+               "regress --record-log FILE --run-id ID --signature SIG --db DB` prints the "
+               "job-level report with them") if log.evidence else ""
     lines = "iteration" if fmt.startswith("megatron") else "step"
     return (f"recognised a {' + '.join(log.formats)} log with {log.steps.height} {lines} line(s) "
             f"({who}) but no per-rank times to compare ranks: {advice}{slowest}; {first}")
