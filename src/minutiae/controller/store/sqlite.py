@@ -13,13 +13,22 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from minutiae.controller.budget import Bucket
-from minutiae.controller.state import ControllerMemory, Decision, NodeMemory, Pause
+from minutiae.controller.state import ControllerMemory, Decision, Pause
+from minutiae.controller.store.base import (
+    HELD,
+    PENDING,
+    AuditRow,
+    audit_query,
+    insert_audit,
+    memory_from,
+    put_kv,
+    row,
+    save_memory,
+)
 from minutiae.errors import StoreError
 
 SCHEMA = """
@@ -31,7 +40,7 @@ CREATE TABLE IF NOT EXISTS audit(
     id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, node TEXT NOT NULL,
     action TEXT NOT NULL, wanted TEXT, rule TEXT NOT NULL, step TEXT, reason TEXT,
     evidence TEXT NOT NULL, budget TEXT NOT NULL, undo TEXT NOT NULL, dry_run INTEGER NOT NULL,
-    status TEXT NOT NULL, detail TEXT, done_time REAL);
+    status TEXT NOT NULL, detail TEXT, done_time REAL, epoch INTEGER);
 CREATE INDEX IF NOT EXISTS audit_node ON audit(node, id);
 CREATE INDEX IF NOT EXISTS audit_status ON audit(status);
 CREATE TABLE IF NOT EXISTS timings(job TEXT NOT NULL, step INTEGER NOT NULL, rank INTEGER,
@@ -41,36 +50,6 @@ CREATE TABLE IF NOT EXISTS job_tolerance(job TEXT PRIMARY KEY, nodes INTEGER NOT
     time REAL NOT NULL);
 """
 
-#: audit row statuses
-PENDING, DONE, FAILED, DRY_RUN, HELD = "pending", "done", "failed", "dry_run", "held"
-
-
-@dataclass(frozen=True, slots=True)
-class AuditRow:
-    id: int
-    time: float
-    node: str
-    action: str
-    wanted: str | None
-    rule: str
-    step: str | None
-    reason: str | None
-    evidence: tuple[str, ...]
-    budget: Mapping[str, Any]
-    undo: str
-    dry_run: bool
-    status: str
-    detail: str | None
-    done_time: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "time": self.time, "node": self.node, "action": self.action,
-                "wanted": self.wanted, "rule": self.rule, "step": self.step,
-                "reason": self.reason, "evidence": list(self.evidence),
-                "budget": dict(self.budget), "undo": self.undo, "dry_run": self.dry_run,
-                "status": self.status, "detail": self.detail, "done_time": self.done_time}
-
-
 class Store:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
@@ -78,6 +57,9 @@ class Store:
         try:
             c = self._conn()
             c.executescript(SCHEMA)
+            cols = {r[1] for r in c.execute("PRAGMA table_info(audit)")}
+            if "epoch" not in cols:  # a store from before the fencing token
+                c.execute("ALTER TABLE audit ADD COLUMN epoch INTEGER")
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open store: {exc}") from None
 
@@ -131,40 +113,40 @@ class Store:
     def load_reports(self) -> list[tuple[str, float, str, str]]:
         return list(self._conn().execute("SELECT node, received, report, domains FROM nodes"))
 
+    def reports_since(self, cursor: int) -> tuple[list[tuple[str, float, str, str]], int]:
+        """One process per SQLite file: no other replica writes reports."""
+        return [], cursor
+
     # ---- memory / kv ---------------------------------------------------------------------
     def load_memory(self) -> ControllerMemory:
         c = self._conn()
-        nodes = {n: NodeMemory.from_json(json.loads(d))
-                 for n, d in c.execute("SELECT node, data FROM memory")}
-        kv = {k: json.loads(d) for k, d in c.execute("SELECT key, data FROM kv")}
-        buckets = {k: Bucket(float(v[0]), float(v[1])) for k, v in kv.get("buckets", {}).items()}
-        p = kv.get("pause")
-        pause = Pause(p["reason"], p["since"], p.get("by", "human")) if p else None
-        return ControllerMemory(nodes=nodes, buckets=buckets, pause=pause,
-                                breaker_since=kv.get("breaker_since"))
+        return memory_from(c.execute("SELECT node, data FROM memory"),
+                           c.execute("SELECT key, data FROM kv"))
 
     def get_kv(self, key: str) -> Any:
-        row = self._conn().execute("SELECT data FROM kv WHERE key=?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        got = self._conn().execute("SELECT data FROM kv WHERE key=?", (key,)).fetchone()
+        return json.loads(got[0]) if got else None
 
     def set_kv(self, key: str, value: Any) -> None:
-        self._tx(lambda c: _put_kv(c, key, value))
+        self._tx(lambda c: put_kv(c.execute, key, value))
 
     # ---- a reconcile batch ---------------------------------------------------------------
     def begin_batch(self, memory: ControllerMemory, before: ControllerMemory,
-                    decisions: Sequence[Decision], dry_run: bool) -> list[int]:
+                    decisions: Sequence[Decision], dry_run: bool,
+                    epoch: int | None = None) -> list[int]:
         """One transaction: the next memory plus an audit row per decision (``pending`` for
-        actions, ``held`` for new holds). Returns the ids of the pending rows, in order."""
+        actions, ``held`` for new holds). Returns the ids of the pending rows, in order.
+        ``epoch`` is written into each row (the file lock is the fence here: one actor)."""
 
         def tx(c: sqlite3.Connection) -> list[int]:
-            _save_memory(c, memory, before)
+            save_memory(c.execute, memory, before)
             ids: list[int] = []
             for d in decisions:
                 if d.action.value == "hold":
                     if d.new:
-                        _insert_audit(c, d, dry_run, HELD)
+                        insert_audit(c.execute, d, dry_run, HELD, epoch)
                     continue
-                ids.append(_insert_audit(c, d, dry_run, PENDING))
+                ids.append(insert_audit(c.execute, d, dry_run, PENDING, epoch))
             return ids
 
         out: list[int] = self._tx(tx)
@@ -180,26 +162,15 @@ class Store:
 
     def audit(self, node: str | None = None, status: str | None = None, limit: int = 100,
               ascending: bool = False) -> list[AuditRow]:
-        q = "SELECT * FROM audit"
-        where, args = [], []
-        if node is not None:
-            where.append("node=?")
-            args.append(node)
-        if status is not None:
-            where.append("status=?")
-            args.append(status)
-        if where:
-            q += " WHERE " + " AND ".join(where)
-        q += f" ORDER BY id {'ASC' if ascending else 'DESC'} LIMIT ?"
-        args.append(str(int(limit)))
-        return [_row(r) for r in self._conn().execute(q, args)]
+        q, args = audit_query(node, status, limit, ascending)
+        return [row(r) for r in self._conn().execute(q, args)]
 
     # ---- pause ---------------------------------------------------------------------------
     def save_pause(self, pause: Pause | None, breaker_since: float | None) -> None:
         def tx(c: sqlite3.Connection) -> None:
-            _put_kv(c, "pause", None if pause is None else
-                    {"reason": pause.reason, "since": pause.since, "by": pause.by})
-            _put_kv(c, "breaker_since", breaker_since)
+            put_kv(c.execute, "pause", None if pause is None else
+                   {"reason": pause.reason, "since": pause.since, "by": pause.by})
+            put_kv(c.execute, "breaker_since", breaker_since)
         self._tx(tx)
 
     # ---- timings -------------------------------------------------------------------------
@@ -233,39 +204,3 @@ class Store:
         return int(row[0])
 
 
-def _put_kv(c: sqlite3.Connection, key: str, value: Any) -> None:
-    c.execute("INSERT INTO kv(key, data) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET "
-              "data=excluded.data", (key, json.dumps(value)))
-
-
-def _save_memory(c: sqlite3.Connection, m: ControllerMemory, before: ControllerMemory) -> None:
-    for node, nm in m.nodes.items():
-        if before.nodes.get(node) != nm:
-            c.execute("INSERT INTO memory(node, data) VALUES(?, ?) ON CONFLICT(node) DO UPDATE "
-                      "SET data=excluded.data", (node, json.dumps(nm.to_json())))
-    for node in before.nodes:
-        if node not in m.nodes:
-            c.execute("DELETE FROM memory WHERE node=?", (node,))
-    if m.buckets != before.buckets:
-        _put_kv(c, "buckets", {k: [b.tokens, b.t] for k, b in m.buckets.items()})
-    if m.pause != before.pause or m.breaker_since != before.breaker_since:
-        _put_kv(c, "pause", None if m.pause is None else
-                {"reason": m.pause.reason, "since": m.pause.since, "by": m.pause.by})
-        _put_kv(c, "breaker_since", m.breaker_since)
-
-
-def _insert_audit(c: sqlite3.Connection, d: Decision, dry_run: bool, status: str) -> int:
-    cur = c.execute(
-        "INSERT INTO audit(time, node, action, wanted, rule, step, reason, evidence, budget, "
-        "undo, dry_run, status) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
-        (d.time, d.node, d.action.value, d.wanted.value if d.wanted else None, d.rule,
-         d.step.label if d.step else None, d.reason, json.dumps(list(d.evidence)),
-         json.dumps(d.budget.to_json()), d.undo, int(dry_run), status))
-    return int(cur.lastrowid or 0)
-
-
-def _row(r: Sequence[Any]) -> AuditRow:
-    return AuditRow(id=r[0], time=r[1], node=r[2], action=r[3], wanted=r[4], rule=r[5],
-                    step=r[6], reason=r[7], evidence=tuple(json.loads(r[8])),
-                    budget=json.loads(r[9]), undo=r[10], dry_run=bool(r[11]), status=r[12],
-                    detail=r[13], done_time=r[14])
