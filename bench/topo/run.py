@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from minutiae.analyses.topology.learn import fingerprint_files, learn
-from minutiae.analyses.topology.parse import parse_topology
+from minutiae.analyses.topology.parse.detect import parse_topology
 from minutiae.analyses.topology.placement import report
 from minutiae.analyses.topology.read_sysfs import iter_capture_files, read_capture_bytes
 from minutiae.testing.topology import dgx_like_topology, with_facts

@@ -39,8 +39,8 @@ def _load(from_file: str | None, sysfs_root: str | None) -> Any:
     if sysfs_root is None:  # live node: nvidia-smi knows the NVLinks
         text = src.run_nvidia_smi_topo()
         if text:
-            from minutiae.analyses.topology.parse import merge_matrix
-            from minutiae.analyses.topology.parse_matrix import parse_topo_matrix
+            from minutiae.analyses.topology.parse.detect import merge_matrix
+            from minutiae.analyses.topology.parse.matrix import parse_topo_matrix
 
             topo = merge_matrix(topo, parse_topo_matrix(text, "nvidia-smi topo -m"))
     return topo

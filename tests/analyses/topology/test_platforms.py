@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.analyses.topology.parse import parse_topology
+from minutiae.analyses.topology.parse.detect import parse_topology
 from minutiae.analyses.topology.plan import Transport, make_plan
 from minutiae.analyses.topology.read_sysfs import read_sysfs_topology
 from minutiae.model.topology import NicKind, parse_cpulist

@@ -13,7 +13,7 @@ import pytest
 
 from minutiae.analyses.topology.check import check_against, check_topology
 from minutiae.analyses.topology.learn import FingerprintCache, learn
-from minutiae.analyses.topology.parse import parse_topology
+from minutiae.analyses.topology.parse.detect import parse_topology
 from minutiae.analyses.topology.placement import report
 from minutiae.analyses.topology.profile import (
     ATTRIBUTES,

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minutiae.analyses.topology.parse import parse_topology
-from minutiae.analyses.topology.parse_json import topology_from_json
-from minutiae.analyses.topology.parse_proc_status import parse_cgroup, parse_stat, parse_status
+from minutiae.analyses.topology.parse.detect import parse_topology
+from minutiae.analyses.topology.parse.proc_status import parse_cgroup, parse_stat, parse_status
+from minutiae.analyses.topology.parse.topo_json import topology_from_json
 from minutiae.errors import ParseError
 from minutiae.model.topology import NodeTopology, format_cpulist, parse_cpulist, parse_hexmask
 

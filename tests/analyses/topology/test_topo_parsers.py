@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.analyses.topology.parse import TopoFormat, detect_format, parse_topology
-from minutiae.analyses.topology.parse_hwloc import parse_hwloc_xml
-from minutiae.analyses.topology.parse_json import topology_from_json
-from minutiae.analyses.topology.parse_matrix import parse_topo_matrix
-from minutiae.analyses.topology.parse_nccl import parse_nccl_topo
+from minutiae.analyses.topology.parse.detect import TopoFormat, detect_format, parse_topology
+from minutiae.analyses.topology.parse.hwloc import parse_hwloc_xml
+from minutiae.analyses.topology.parse.matrix import parse_topo_matrix
+from minutiae.analyses.topology.parse.nccl import parse_nccl_topo
+from minutiae.analyses.topology.parse.topo_json import topology_from_json
 from minutiae.analyses.topology.placement import place_gpus, report
 from minutiae.errors import ParseError
 from minutiae.model.topology import NicKind, NodeTopology, PathType, format_cpulist

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.analyses.topology.parse import parse_topology
+from minutiae.analyses.topology.parse.detect import parse_topology
 from minutiae.cli.main import main
 from minutiae.errors import ParseError
 from minutiae.model.topology import NicKind, parse_hexmask

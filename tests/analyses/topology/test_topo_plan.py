@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from minutiae.analyses.topology.parse import parse_topology
+from minutiae.analyses.topology.parse.detect import parse_topology
 from minutiae.analyses.topology.plan import Transport, default_reserved, make_plan, split_cpus
 from minutiae.analyses.topology.read_sysfs import read_sysfs_topology
 from minutiae.analyses.topology.render import PlanFormat, render

@@ -113,8 +113,8 @@ def test_cli_sysfs_root_json_and_check(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_live_merge_adds_nvlinks_from_nvidia_smi(tmp_path: Path) -> None:
-    from minutiae.analyses.topology.parse import merge_matrix
-    from minutiae.analyses.topology.parse_matrix import parse_topo_matrix
+    from minutiae.analyses.topology.parse.detect import merge_matrix
+    from minutiae.analyses.topology.parse.matrix import parse_topo_matrix
     from minutiae.testing.topology import dgx_like_topology, render_topo_matrix
 
     base = read_sysfs_topology(build_sysfs(tmp_path, dgx_like_spec()))

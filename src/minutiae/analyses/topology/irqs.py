@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from minutiae.analyses.topology.parse_irq import Irq
-from minutiae.analyses.topology.parse_proc_status import ProcInfo
+from minutiae.analyses.topology.parse.irq import Irq
+from minutiae.analyses.topology.parse.proc_status import ProcInfo
 from minutiae.model.topology import format_cpulist
 
 __all__ = ["IrqOnJob", "IrqReport", "irq_report"]

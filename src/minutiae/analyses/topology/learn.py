@@ -107,7 +107,7 @@ class FingerprintCache:
     def fingerprint(self, data: bytes, where: str) -> dict[str, Value] | str:
         import hashlib
 
-        from minutiae.analyses.topology.parse import parse_topology
+        from minutiae.analyses.topology.parse.detect import parse_topology
         from minutiae.analyses.topology.profile import fingerprint
         from minutiae.errors import InputError
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from minutiae.analyses.topology.parse_proc_status import ProcInfo, unit_of
+from minutiae.analyses.topology.parse.proc_status import ProcInfo, unit_of
 from minutiae.errors import ConfigError
 from minutiae.model.topology import format_cpulist
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from minutiae.analyses.topology.parse_json import topology_to_json
+from minutiae.analyses.topology.parse.topo_json import topology_to_json
 from minutiae.model.topology import Gpu, NodeTopology, PathType
 
 

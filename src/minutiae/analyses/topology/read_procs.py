@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from minutiae.analyses.topology.parse_irq import Irq, parse_interrupts
-from minutiae.analyses.topology.parse_proc_status import (
+from minutiae.analyses.topology.parse.irq import Irq, parse_interrupts
+from minutiae.analyses.topology.parse.proc_status import (
     ProcInfo,
     parse_cgroup,
     parse_stat,

@@ -16,8 +16,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from minutiae.analyses.topology.parse import parse_topology
-from minutiae.analyses.topology.parse_sysfs import (
+from minutiae.analyses.topology.parse.detect import parse_topology
+from minutiae.analyses.topology.parse.sysfs import (
     IbDevInfo,
     PciDevInfo,
     SysfsTopoSnapshot,

@@ -19,7 +19,7 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-from minutiae.analyses.topology.parse_pci import PciPlace, classify
+from minutiae.analyses.topology.parse.pci import PciPlace, classify
 from minutiae.errors import ParseError
 from minutiae.model.topology import (
     Gpu,

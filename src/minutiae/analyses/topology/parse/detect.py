@@ -11,9 +11,9 @@ import json
 import re
 from enum import Enum
 
-from minutiae.analyses.topology.parse_hwloc import parse_hwloc_xml
-from minutiae.analyses.topology.parse_matrix import looks_like_topo_matrix, parse_topo_matrix
-from minutiae.analyses.topology.parse_nccl import parse_nccl_topo
+from minutiae.analyses.topology.parse.hwloc import parse_hwloc_xml
+from minutiae.analyses.topology.parse.matrix import looks_like_topo_matrix, parse_topo_matrix
+from minutiae.analyses.topology.parse.nccl import parse_nccl_topo
 from minutiae.errors import ParseError
 from minutiae.model.topology import NodeTopology, PathType
 
@@ -56,7 +56,7 @@ def parse_topology(data: bytes, where: str | None = None) -> NodeTopology:
     if fmt is TopoFormat.NCCL_XML:
         return parse_nccl_topo(data, where)
     if fmt is TopoFormat.JSON:
-        from minutiae.analyses.topology.parse_json import topology_from_json
+        from minutiae.analyses.topology.parse.topo_json import topology_from_json
 
         try:
             obj = json.loads(data)

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from minutiae.analyses.topology.parse_nccl import pcie_gen
-from minutiae.analyses.topology.parse_pci import PciPlace, classify
+from minutiae.analyses.topology.parse.nccl import pcie_gen
+from minutiae.analyses.topology.parse.pci import PciPlace, classify
 from minutiae.model.topology import (
     Gpu,
     Nic,
