@@ -85,3 +85,18 @@ def test_negative_mask_in_a_capture_exits_3(tmp_path: Path, doc: str,
     assert main(["topo", "--from", str(f)]) == 3
     err = capsys.readouterr().err
     assert "not a hex CPU mask" in err and "Traceback" not in err
+
+
+def test_unknown_cpu_sets_are_null_in_json(realdata: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    cut = tmp_path / "cut.txt"
+    cut.write_text("\n".join(_text(realdata).splitlines()[:5]))
+    assert main(["topo", "--from", str(cut), "--json"]) == 0
+    gpus = json.loads(capsys.readouterr().out)["gpus"]
+    assert [g["cpus"] is None for g in gpus] == [False] * 4 + [True] * 4
+    assert main(["topo", "--from", str(cut), "--plan", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [r["cpus"] is None for r in plan["ranks"]] == [False] * 4 + [True] * 4
+    assert plan["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
