@@ -329,8 +329,10 @@ class StragglerAnalysis:
         suspects, workload = split_moving(suspects, rows, index, steps,
                                           self.options.min_slowdown)
         suspects = self._own_history(suspects)
-        suspects, below = above_floor(suspects, self.options.min_slowdown, first,
-                                      self.options.warmup, spread(self.compute),
+        # the warm-up's last step number (a log keeping one step in N numbers them N apart)
+        warm_end = int(steps[min(self.options.warmup, steps.size) - 1]) if steps.size else first
+        suspects, below = above_floor(suspects, self.options.min_slowdown, warm_end,
+                                      spread(self.compute),
                                       still_slow(rows, index))
         listed = slowest(self.meta, self.compute, comp_share, n,
                          {r for s in suspects for r in s.ranks}, self.rho)

@@ -44,12 +44,12 @@ def spread(det: SeriesDetector) -> float:
     return float(1.4826 * np.median(np.abs(m - np.median(m)))) if m.size >= 8 else 0.0
 
 
-def above_floor(suspects: list[Suspect], floor: float, first_step: int, warmup: int,
+def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
                 job_spread: float, still: Callable[[Suspect], float] | None = None,
                 ) -> tuple[list[Suspect], int]:
     """The suspects that reach the floor, and how many alarms did not. A slowdown present
     since the data starts (``since_step`` within the warm-up) is also judged against the job's
-    own GPU-to-GPU spread: it must reach ``SPREAD_Z`` spreads (a 1 % lottery puts 1 GPU in 750
+    own GPU-to-GPU spread (``warm_end``: the last warm-up step number): it must reach ``SPREAD_Z`` spreads (a 1 % lottery puts 1 GPU in 750
     beyond 3 %; beyond 4 spreads, 1 in 30,000), so the lottery's tail is listed, not blamed,
     while a node or GPU slow from step 0 by more than that is found. A suspect within
     ``NEAR`` floors must still be slow: ``still(s)`` (its mean log-ratio over its last steps)
@@ -60,7 +60,7 @@ def above_floor(suspects: list[Suspect], floor: float, first_step: int, warmup: 
 
     def ok(s: Suspect) -> bool:
         need = floor
-        if s.since_step <= first_step + warmup:
+        if s.since_step <= warm_end:
             need = max(floor, float(np.expm1(SPREAD_Z * job_spread)))
             return s.slowdown >= KEEP_SHARE * need and s.ci_high >= need
         # a transient fault (a 30 % fail-slow for 20 minutes of a long job) averages out

@@ -60,6 +60,7 @@ def job_timings(job: Job, gpus: int, events: dict[str, list[TruthEvent]], interv
     amp = float(jobs_cfg.get("diurnal_amplitude", 0.0))  # type: ignore[arg-type]
     common = job.step_s * diurnal(ts, amp) * np.maximum(0.5, 1.0 + cv * rng.standard_normal(s_n))
     per_rank = (1.0 + imb[stage])[None, :] * np.maximum(0.5, 1.0 + noise * rng.standard_normal((s_n, r_n)))
+    per_rank = per_rank * structure(job, gpus, s_n, jobs_cfg)
     gc = 1.0 + gc_f * (rng.random((s_n, r_n)) < gc_p)
     secs = common[:, None] * per_rank * (1.0 + slow) * gc
     steps = np.floor((ts - job.start) / job.step_s).astype(np.int64)
@@ -82,6 +83,45 @@ def job_timings(job: Job, gpus: int, events: dict[str, list[TruthEvent]], interv
         "section": names.take(pa.array(np.repeat(np.arange(k, dtype=np.int32), s_n * r_n))),
     }, schema=SCHEMA)
     return tab, float(np.median(secs.max(axis=1)))
+
+
+def _gpu_seed(node: str, gpu: int) -> int:
+    return zlib.crc32(f"{node}/{gpu}".encode())
+
+
+def structure(job: Job, gpus: int, s_n: int, jobs_cfg: dict[str, object]) -> np.ndarray:
+    """(logged steps, ranks) factor of the benign structure real jobs have (issue 13), from its
+    own generators so every other number of the simulation stays as it was; ones when the
+    profile sets none of it:
+
+    - ``lottery_sd``: a persistent offset per physical GPU (seeded by node and GPU: the same GPU
+      is as slow in every job it runs);
+    - ``wander_phi``/``wander_sd``: AR(1) per-GPU wander across logged steps (power capping,
+      thermals), stationary sd ``wander_sd``;
+    - ``node_shared_sd``: per-node noise shared by a node's GPUs at each logged step (TP = 8
+      inside a node: its ranks share every micro-batch)."""
+    lot = float(jobs_cfg.get("lottery_sd", 0.0))  # type: ignore[arg-type]
+    phi = float(jobs_cfg.get("wander_phi", 0.0))  # type: ignore[arg-type]
+    wsd = float(jobs_cfg.get("wander_sd", 0.0))  # type: ignore[arg-type]
+    nsd = float(jobs_cfg.get("node_shared_sd", 0.0))  # type: ignore[arg-type]
+    r_n = len(job.nodes) * gpus
+    log = np.zeros((s_n, r_n))
+    if not (lot or wsd or nsd):
+        return np.ones((s_n, r_n))
+    if lot:
+        log += np.array([np.random.default_rng(_gpu_seed(n, g)).normal(0.0, lot)
+                         for n in job.nodes for g in range(gpus)])[None, :]
+    srng = np.random.default_rng(zlib.crc32(("structure:" + job.job_id).encode()))
+    if wsd:
+        w = np.empty((s_n, r_n))
+        w[0] = srng.normal(0.0, wsd, r_n)
+        innov = wsd * np.sqrt(max(1.0 - phi * phi, 0.0))
+        for t in range(1, s_n):
+            w[t] = phi * w[t - 1] + srng.normal(0.0, innov, r_n)
+        log += w
+    if nsd:
+        log += np.repeat(nsd * srng.standard_normal((s_n, len(job.nodes))), gpus, axis=1)
+    return np.asarray(np.exp(log))
 
 
 def _sections(job: Job, gpus: int, events: dict[str, list[TruthEvent]], ts: np.ndarray,
