@@ -1,13 +1,18 @@
-"""The controller's SQLite store: memory and pause round-trip, audit rows, and a clear error
-naming the path for a file that is not a database."""
+"""The controller's store contract, run on both engines (SQLite file and the real PostgreSQL of
+scripts/services/postgres-up.sh): memory and pause round-trip, audit rows, a clear error naming
+the path for a file that is not a database; on PostgreSQL the fencing epoch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
+from ha_support import fresh_schema_dsn
 
 from minutiae.controller.budget import Bucket, BudgetVerdict
 from minutiae.controller.state import ControllerMemory, Decision, NodeMemory, Pause, Verb
-from minutiae.controller.store import DONE, HELD, PENDING, Store
+from minutiae.controller.store import DONE, HELD, PENDING, ControllerStore, Store, open_store
 from minutiae.errors import StoreError
 from minutiae.model import Action
 
@@ -20,8 +25,18 @@ def decision(node: str, verb: Verb, new: bool = True) -> Decision:
                     wanted=Verb.DRAIN if verb is Verb.HOLD else None, new=new)
 
 
-def test_batch_memory_and_audit_round_trip(tmp_path):
-    s = Store(tmp_path / "s.db")
+Opener = Callable[[], ControllerStore]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    """A function that opens the same store again (a restart) on either engine."""
+    where = str(tmp_path / "s.db") if request.param == "sqlite" else fresh_schema_dsn()
+    return lambda: open_store(where, identity="test/ctl-a")
+
+
+def test_batch_memory_and_audit_round_trip(opener: Opener) -> None:
+    s = opener()
     before = ControllerMemory()
     mem = ControllerMemory(
         nodes={"gpu001": NodeMemory(unhealthy_since=1.0, drained_at=2.0, step=Action.REBOOT,
@@ -40,11 +55,48 @@ def test_batch_memory_and_audit_round_trip(tmp_path):
     assert rows[1].evidence == ("[critical/reboot] xid 79: line",) and rows[1].step == "reboot"
     assert rows[0].budget == {"allowed": False, "check": "global", "detail": "1/32"}
     s.close()
-    again = Store(tmp_path / "s.db").load_memory()
+    again = opener().load_memory()
     assert again == mem
     # a later batch that forgets a node deletes its memory
-    Store(tmp_path / "s.db").begin_batch(ControllerMemory(), mem, [], dry_run=False)
-    assert Store(tmp_path / "s.db").load_memory().nodes == {}
+    opener().begin_batch(ControllerMemory(), mem, [], dry_run=False)
+    assert opener().load_memory().nodes == {}
+
+
+def test_pause_kv_tolerance_and_timings_survive_a_reopen(opener: Opener) -> None:
+    s = opener()
+    s.save_pause(Pause("storm: 9 nodes in 60 s", 50.0, "breaker"), 50.0)
+    s.set_kv("dry_overlay", {"gpu001": "minutiae: x"})
+    s.set_tolerance("4242", 2, 10.0)
+    s.set_tolerance("4243", 1, 10.0)
+    s.set_tolerance("4243", None, 11.0)
+    s.save_timings([("4242", 1, 0, "gpu001", 1.5, 10.0), ("4242", 2, 0, "gpu001", 1.6, 11.0)])
+    s.close()
+    t = opener()
+    m = t.load_memory()
+    assert m.pause == Pause("storm: 9 nodes in 60 s", 50.0, "breaker") and m.breaker_since == 50.0
+    assert t.get_kv("dry_overlay") == {"gpu001": "minutiae: x"} and t.get_kv("nope") is None
+    assert t.tolerances() == {"4242": 2}
+    assert t.count_timings("4242") == 2
+    assert sorted(t.job_timings("4242")) == [(1, 0, "gpu001", 1.5, 10.0), (2, 0, "gpu001", 1.6, 11.0)]
+
+
+def test_reports_upsert_keeps_the_newest(opener: Opener) -> None:
+    s = opener()
+    s.save_reports([("gpu001", 10.0, '{"a": 1}', "{}"), ("gpu002", 10.0, '{"b": 1}', "{}")])
+    s.save_reports([("gpu001", 12.0, '{"a": 2}', "{}")], beats=[(13.0, "gpu002")])
+    got = {n: (t, r) for n, t, r, _d in opener().load_reports()}
+    assert got == {"gpu001": (12.0, '{"a": 2}'), "gpu002": (13.0, '{"b": 1}')}
+
+
+def test_claim_takes_a_pending_row_once(opener: Opener) -> None:
+    s = opener()
+    (rid,) = s.begin_batch(ControllerMemory(), ControllerMemory(),
+                           [decision("gpu001", Verb.DRAIN)], dry_run=False, epoch=None)
+    if isinstance(s, Store):
+        assert s.claim(rid, 1)
+    else:  # PostgreSQL fences: no leader row yet means no epoch is current
+        with pytest.raises(StoreError, match="fenced"):
+            s.claim(rid, 1)
 
 
 def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):

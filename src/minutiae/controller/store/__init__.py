@@ -28,5 +28,6 @@ def open_store(where: str, *, identity: str = "minutiae", pool: int = 4) -> Cont
     if is_postgres(where):
         from minutiae.controller.store.postgres import PgStore
 
-        return PgStore(where, identity=identity, size=pool)
+        pg: ControllerStore = PgStore(where, identity=identity, size=pool)
+        return pg
     return Store(where)

@@ -152,6 +152,13 @@ class Store:
         out: list[int] = self._tx(tx)
         return out
 
+    def claim(self, audit_id: int, epoch: int) -> bool:
+        """Take a pending row left by an earlier run (the file lock fences: one actor)."""
+        out: bool = self._tx(lambda c: c.execute(
+            "UPDATE audit SET epoch=? WHERE id=? AND status=?", (epoch, audit_id, PENDING)
+        ).rowcount == 1)
+        return out
+
     def finish(self, audit_id: int, status: str, detail: str | None, when: float) -> None:
         self._tx(lambda c: c.execute(
             "UPDATE audit SET status=?, detail=?, done_time=? WHERE id=?",
