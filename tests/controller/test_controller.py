@@ -91,14 +91,17 @@ def test_critical_report_drains_and_explain_says_why_and_how_to_undo(world):
     assert ctl.wake.is_set()
     ctl.step()
     assert [(c.op, c.node, c.arg) for c in backend.calls] == [
-        ("drain", "gpu004", "minutiae: needs-remediation xid 79 step=reboot")]
+        ("drain", "gpu004", "minutiae[default/controller]: needs-remediation xid 79 step=reboot")]
     ex = client.get("/v1/nodes/gpu004/explain").json()
     assert ex["why"] == "drained by minutiae: rule needs-remediation"
     assert ex["last_action"]["evidence"] == [
         "[critical/reboot] xid 79 0000:3b:00.0: " + XID79["line"]]
     assert ex["last_action"]["budget"]["allowed"] is True
     assert ex["last_action"]["status"] == "done"
-    assert ex["undo"] == "scontrol update NodeName=gpu004 State=RESUME"
+    # the undo is minutiae resolve (acknowledges the evidence; else it drains again at once);
+    # the scheduler's own command is the secondary hint
+    assert ex["undo"] == "minutiae resolve gpu004 --now --reason 'fixed: <what was done>'"
+    assert ex["scheduler_undo"] == "scontrol update NodeName=gpu004 State=RESUME"
     audit = client.get("/v1/audit", params={"node": "gpu004"}).json()
     assert [(a["action"], a["status"]) for a in audit] == [("drain", "done")]
     nodes = {n["node"]: n for n in client.get("/v1/nodes").json()}

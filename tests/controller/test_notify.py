@@ -139,7 +139,8 @@ def test_lemon_recovery_is_celebrated_once(endpoint: Endpoint) -> None:
     [msg] = endpoint.posted
     assert msg["text"] == f"{LEMON_EMOJI} lemon gpu033 is healthy again"
     assert msg["blocks"][0]["text"]["text"] == f"{LEMON_EMOJI} gpu033 is healthy again!"
-    assert "`kubectl uncordon gpu033`" in msg["blocks"][2]["text"]["text"]
+    # the undo is minutiae's own resolve (a full undo: taint and annotations go too)
+    assert "`minutiae resolve gpu033 --now" in msg["blocks"][2]["text"]["text"]
     assert detail in msg["blocks"][1]["text"]["text"]
 
 
@@ -242,7 +243,7 @@ def test_real_reconcile_decision_in_slack(endpoint: Endpoint) -> None:
     body = texts(msg)
     assert "Drained gpu017" in body and "needs-remediation" in body
     assert "NVRM: Xid (PCI:0000:18:00): 79, pid=1234, GPU has fallen off the bus." in body
-    assert "scontrol update NodeName=gpu017 State=RESUME" in body
+    assert "minutiae resolve gpu017 --now" in body
     assert "dry-run: the scheduler was not touched" in body
 
 

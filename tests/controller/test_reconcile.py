@@ -70,8 +70,8 @@ def test_critical_finding_drains_once_with_evidence_rule_and_undo():
     assert (d.node, d.action, d.rule, d.step) == ("gpu005", Verb.DRAIN, "needs-remediation",
                                                   Action.REBOOT)
     assert d.evidence == ("[critical/reboot] xid 79 0000:3b:00.0: " + XID79.line,)
-    assert d.undo == "scontrol update NodeName=gpu005 State=RESUME"
-    assert d.reason == "minutiae: needs-remediation xid 79 step=reboot"
+    assert d.undo == "minutiae resolve gpu005 --now --reason 'fixed: <what was done>'"
+    assert d.reason == "minutiae[default/controller]: needs-remediation xid 79 step=reboot"
     assert d.budget.allowed and d.budget.check == "ok"
     assert w.backend.nodes["gpu005"].reason == d.reason
     for _ in range(5):

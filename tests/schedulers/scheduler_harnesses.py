@@ -180,13 +180,15 @@ class KubernetesHarness:
         return f"{self.NS}/Job/train"
 
     def run_undo(self, command: str) -> None:
-        argv = shlex.split(command)
-        assert argv[0] == "kubectl", command
+        """The hint is ``kubectl …`` lines joined by `` && `` (run in turn, as a shell would)."""
         env = {"KUBECONFIG": self.kubeconfig, "PATH": "/usr/bin:/bin",
                "HOME": os.environ.get("HOME", "/tmp")}
-        res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30,
-                             check=False)
-        assert res.returncode == 0, res.stderr
+        for part in command.split(" && "):
+            argv = shlex.split(part)
+            assert argv[0] == "kubectl", command
+            res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30,
+                                 check=False)
+            assert res.returncode == 0, res.stderr
 
     def close(self) -> None:
         from k8s_helpers import delete

@@ -33,7 +33,7 @@ from minutiae.schedulers import (
     capabilities_of,
     undo_hint,
 )
-from minutiae.schedulers.base import NodeSchedState, NodeState, make_reason
+from minutiae.schedulers.base import DEFAULT_OWNER, NodeSchedState, NodeState, make_reason
 
 XID79 = Finding(kind="xid", severity=Severity.CRITICAL, action=Action.REBOOT, code=79,
                 pci="0000:18:00.0", message="GPU has fallen off the bus",
@@ -111,7 +111,9 @@ def test_drain_on_a_critical_finding_is_exact_and_idempotent(harness: Harness) -
     assert (d.node, d.action, d.rule) == (node, Verb.DRAIN, "needs-remediation")
     st = harness.backend.state(node)
     assert st.state is NodeSchedState.DRAINED and st.ours
-    assert st.reason == make_reason(d.reason)
+    # the reason carries this controller's owner tag (the audit row's reason is the same)
+    assert st.reason == d.reason == make_reason(d.reason, DEFAULT_OWNER)
+    assert st.reason.startswith(f"minutiae[{DEFAULT_OWNER}]: ") and st.owner == DEFAULT_OWNER
     assert ours(harness) == {node}
     # the next step does not drain again; draining again by hand changes nothing
     plan2 = step(harness, policy, T0 + 60, {node}, plan.memory)
@@ -213,8 +215,7 @@ def test_declared_capabilities_are_the_real_ones(any_harness: Harness) -> None:
         assert caps.tolerances.job_tolerances().get(job) == 1
 
 
-def test_undo_hint_of_a_drain_puts_the_node_back(harness: Harness,
-                                                  request: pytest.FixtureRequest) -> None:
+def test_undo_hint_of_a_drain_puts_the_node_back(harness: Harness) -> None:
     node = NODES[7]
     harness.backend.drain(node, make_reason("xid 79 step=reboot"))
     assert harness.backend.state(node).ours
@@ -222,13 +223,9 @@ def test_undo_hint_of_a_drain_puts_the_node_back(harness: Harness,
     if harness.name == "recording":
         assert hint == NOTHING_TO_UNDO
         return
-    if harness.name == "kubernetes":
-        # Known gap (reported, not changed here): `kubectl uncordon` clears spec.unschedulable
-        # but minutiae's NoSchedule taint and ownership annotations stay, so the node still
-        # reads DRAINED (ours) after the hint is run.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="uncordon keeps our taint"))
-    harness.run_undo(hint)
-    assert harness.backend.state(node).state is NodeSchedState.AVAILABLE
+    harness.run_undo(hint)  # Kubernetes: uncordon, our taint and our annotations go too
+    after = harness.backend.state(node)
+    assert after.state is NodeSchedState.AVAILABLE and after.owner is None and not after.ours
 
 
 def test_undo_hint_of_a_resume_drains_again(harness: Harness) -> None:

@@ -18,7 +18,7 @@ from k8s_helpers import (
     node_events,
 )
 from minutiae.errors import BackendError
-from minutiae.schedulers.base import NodeSchedState
+from minutiae.schedulers.base import DEFAULT_OWNER, NodeSchedState
 from minutiae.schedulers.kubernetes.backend import (
     CONDITION,
     OWNER_KEY,
@@ -62,8 +62,8 @@ def test_drain_writes_cordon_taint_annotations_condition_and_one_event(
     assert {(t["key"], t["effect"]) for t in obj["spec"]["taints"]} == {
         ("site/maintenance-window", "PreferNoSchedule"), (TAINT_KEY, "NoSchedule")}
     ann = obj["metadata"]["annotations"]
-    assert ann[OWNER_KEY] == "minutiae"
-    assert ann[REASON_KEY] == "minutiae: xid 79: GPU has fallen off the bus (gpu 0000:18:00.0)"
+    assert ann[OWNER_KEY] == DEFAULT_OWNER
+    assert ann[REASON_KEY] == f"minutiae[{DEFAULT_OWNER}]: xid 79: GPU has fallen off the bus (gpu 0000:18:00.0)"
     assert ann[SINCE_KEY] == "2026-05-28T20:26:40Z"
     cond = [c for c in obj["status"]["conditions"] if c["type"] == CONDITION]
     assert len(cond) == 1 and cond[0]["status"] == "True" and cond[0]["reason"] == "MinutiaeDrain"
@@ -138,7 +138,7 @@ def test_new_reason_updates_annotation_keeps_since(api: KubeClient, kubeconfig: 
     clock.advance(3600)
     be.drain(node, "reboot: still failing after reset")
     ann = api.get(f"/api/v1/nodes/{node}")["metadata"]["annotations"]
-    assert ann[REASON_KEY] == "minutiae: reboot: still failing after reset"
+    assert ann[REASON_KEY] == f"minutiae[{DEFAULT_OWNER}]: reboot: still failing after reset"
     assert ann[SINCE_KEY] == "2026-05-28T20:26:40Z"
     be.close()
     delete(api, f"/api/v1/nodes/{node}")

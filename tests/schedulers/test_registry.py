@@ -38,9 +38,17 @@ def test_undo_hints() -> None:
     assert undo_hint("slurm", "resume", "gpu001", "minutiae: xid 79") == (
         "scontrol update NodeName=gpu001 State=DRAIN 'Reason=minutiae: xid 79'")
     assert undo_hint("slurm", "resume", "gpu001") == (
-        "scontrol update NodeName=gpu001 State=DRAIN 'Reason=minutiae: manual'")
-    assert undo_hint("kubernetes", "drain", "gpu001") == "kubectl uncordon gpu001"
+        "scontrol update NodeName=gpu001 State=DRAIN 'Reason=minutiae[default/controller]: manual'")
+    # Kubernetes: a full undo (uncordon alone leaves our taint and annotations)
+    assert undo_hint("kubernetes", "drain", "gpu001") == (
+        "kubectl uncordon gpu001 && kubectl taint node gpu001 minutiae.io/unhealthy:NoSchedule- "
+        "&& kubectl annotate node gpu001 minutiae.io/cordoned-by- minutiae.io/reason- "
+        "minutiae.io/since-")
     assert undo_hint("kubernetes", "resume", "gpu001") == "kubectl cordon gpu001"
+    assert undo_hint("kubernetes", "resume", "gpu001", "minutiae[c/x]: xid 79") == (
+        "kubectl cordon gpu001 && kubectl taint node gpu001 --overwrite "
+        "minutiae.io/unhealthy=true:NoSchedule && kubectl annotate node gpu001 --overwrite "
+        "minutiae.io/cordoned-by=c/x 'minutiae.io/reason=minutiae[c/x]: xid 79'")
     for name in ("dry-run", "recording", "pbs"):
         assert undo_hint(name, "drain", "gpu001") == schedulers.NOTHING_TO_UNDO
         assert undo_hint(name, "resume", "gpu001") == (

@@ -12,7 +12,7 @@ from minutiae.agent.healthcheck import SlurmOutcome, slurm_step
 from minutiae.errors import BackendError, BackendUnavailable, ValidationError
 from minutiae.model import Action, CheckResult, Finding, Severity, Status
 from minutiae.node.check import NodeReport
-from minutiae.schedulers.base import NodeSchedState
+from minutiae.schedulers.base import HCP_OWNER, NodeSchedState
 from minutiae.schedulers.slurm.backend import Completed, SlurmBackend, parse_show_node, sched_state
 from minutiae.testing.slurm_runner import FakeSlurm
 
@@ -61,13 +61,19 @@ def _backend(fake: FakeSlurm) -> SlurmBackend:
     return SlurmBackend("/etc/slurm/test.conf", runner=fake)
 
 
+def _hcp(fake: FakeSlurm) -> SlurmBackend:
+    """The HealthCheckProgram's backend (``minutiae check --slurm``): owner ``hcp``."""
+    return SlurmBackend("/etc/slurm/test.conf", runner=fake, owner=HCP_OWNER)
+
+
 def test_drain_is_an_argument_list_with_a_safe_reason_and_slurm_conf() -> None:
     fake = FakeSlurm()
     fake.add("gpu003")
     _backend(fake).drain("gpu003", "xid 79 gpu 0000:44:00 fell off bus; rm -rf / `x` $(y)")
     argv, env = fake.calls[-1]
     assert argv == ["scontrol", "update", "NodeName=gpu003", "State=DRAIN",
-                    "Reason=minutiae: xid 79 gpu 0000:44:00 fell off bus rm -rf / x (y)"]
+                    "Reason=minutiae[default/controller]: xid 79 gpu 0000:44:00 fell off bus "
+                    "rm -rf / x (y)"]
     assert env["SLURM_CONF"] == "/etc/slurm/test.conf"
     st = _backend(fake).state("gpu003")
     assert st.state is NodeSchedState.DRAINED and st.ours
@@ -80,7 +86,8 @@ def test_drain_is_idempotent_and_updates_our_reason() -> None:
     b.drain("gpu003", "minutiae: a")
     b.drain("gpu003", "minutiae: a")
     b.drain("gpu003", "b")
-    assert [u[-1] for u in fake.updates()] == ["Reason=minutiae: a", "Reason=minutiae: b"]
+    assert [u[-1] for u in fake.updates()] == ["Reason=minutiae[default/controller]: a",
+                                               "Reason=minutiae[default/controller]: b"]
 
 
 def test_admin_drain_is_never_overwritten_or_resumed() -> None:
@@ -172,11 +179,11 @@ XID79 = Finding("xid", Severity.CRITICAL, Action.REBOOT,
 def test_step_drains_then_resumes_our_drain() -> None:
     fake = FakeSlurm()
     fake.add("gpu001")
-    b = _backend(fake)
+    b = _hcp(fake)
     step = slurm_step(_report(Status.CRITICAL, XID79), b)
     assert step.outcome is SlurmOutcome.DRAINED
     assert fake.nodes["gpu001"].reason == \
-        "minutiae: Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS) on GPU 0000:44:00.0"
+        "minutiae[hcp]: Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS) on GPU 0000:44:00.0"
     assert slurm_step(_report(Status.CRITICAL, XID79), b).outcome is SlurmOutcome.ALREADY_DRAINED
     assert slurm_step(_report(Status.UNKNOWN), b).outcome is SlurmOutcome.NOTHING  # unknown ≠ healthy
     assert fake.nodes["gpu001"].drain
@@ -187,7 +194,7 @@ def test_step_drains_then_resumes_our_drain() -> None:
 def test_step_leaves_an_admin_drain_alone() -> None:
     fake = FakeSlurm()
     fake.add("gpu001", drain=True, reason="admin: bad fan")
-    b = _backend(fake)
+    b = _hcp(fake)
     assert slurm_step(_report(Status.CRITICAL, XID79), b).outcome is SlurmOutcome.LEFT_ALONE
     assert slurm_step(_report(Status.OK), b).outcome is SlurmOutcome.LEFT_ALONE
     assert fake.updates() == [] and fake.nodes["gpu001"].reason == "admin: bad fan"
@@ -197,7 +204,7 @@ def test_app_caused_xid_does_not_drain() -> None:
     fake = FakeSlurm()
     fake.add("gpu001")
     xid13 = Finding("xid", Severity.WARNING, Action.RESTART_APP, "Xid 13 (GRAPHICS_SM_EXCEPTION)", code=13)
-    assert slurm_step(_report(Status.WARNING, xid13), _backend(fake)).outcome is SlurmOutcome.NOTHING
+    assert slurm_step(_report(Status.WARNING, xid13), _hcp(fake)).outcome is SlurmOutcome.NOTHING
     assert fake.updates() == []
 
 
@@ -223,7 +230,7 @@ def test_admin_resume_acknowledges_log_faults_until_they_recur(realdata, tmp_pat
     log, cfg = _ack_setup(realdata, tmp_path)
     fake = FakeSlurm()
     fake.add("gpu001")
-    b, clock = _backend(fake), FakeClock()
+    b, clock = _hcp(fake), FakeClock()
     _, step = check_with_slurm(cfg, clock, b)
     assert step.outcome is SlurmOutcome.DRAINED and fake.nodes["gpu001"].drain
     # the admin resets the GPU and resumes the node by hand
@@ -258,7 +265,7 @@ def test_counter_conditions_are_not_acknowledged_by_a_resume(realdata, tmp_path)
                       state_file=Path(tmp_path) / "state.json")
     fake = FakeSlurm()
     fake.add("gpu001")
-    b, clock = _backend(fake), FakeClock()
+    b, clock = _hcp(fake), FakeClock()
     assert check_with_slurm(cfg, clock, b)[1].outcome is SlurmOutcome.DRAINED
     fake.nodes["gpu001"].drain, fake.nodes["gpu001"].reason = False, None
     assert check_with_slurm(cfg, clock, b)[1].outcome is SlurmOutcome.DRAINED  # still pending

@@ -77,7 +77,7 @@ def test_drain_on_critical_then_resume_when_healthy(conf: str, captures: dict[st
     assert doc["slurm"]["outcome"] == "drained"
     n = parse_show_node(_scontrol(conf, "show", "node", "-o", "gpu001"))
     assert "DRAIN" in n.flags
-    assert n.reason == ("minutiae: GSP firmware RPC timeout on GPU 0000:9b:00.0 / "
+    assert n.reason == ("minutiae[hcp]: GSP firmware RPC timeout on GPU 0000:9b:00.0 / "
                         "Xid 119 (GSP_RPC_TIMEOUT) on GPU 0000:9b:00.0")
     # the same fault again: nothing changes
     assert _check(conf, captures, "gpu001", faulty=True, capsys=capsys)["slurm"]["outcome"] == "already_drained"
@@ -104,7 +104,8 @@ def test_backend_contract_on_real_slurm(conf: str) -> None:
     assert b.state("gpu003").state is NodeSchedState.AVAILABLE
     b.drain("gpu003", "xid 79 gpu 0000:44:00 fell off bus")
     st = b.state("gpu003")
-    assert (st.state, st.reason, st.ours) == (NodeSchedState.DRAINED, "minutiae: xid 79 gpu 0000:44:00 fell off bus", True)
+    assert (st.state, st.reason, st.ours) == (
+        NodeSchedState.DRAINED, "minutiae[default/controller]: xid 79 gpu 0000:44:00 fell off bus", True)
     b.annotate("gpu003", "since", "2026-11-30T09:00:00")
     assert "minutiae.since=2026-11-30T09:00:00" in _scontrol(conf, "show", "node", "-o", "gpu003")
     b.resume("gpu003")

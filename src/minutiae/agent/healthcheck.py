@@ -1,9 +1,11 @@
 """What ``minutiae check --slurm`` does with a ``NodeReport`` (HealthCheckProgram semantics).
 
-- the node needs ``reset_gpu`` or more → drain it with ``minutiae: <reason>`` (a node already
-  drained or down by an admin or another tool keeps its state and reason);
-- the node is healthy (OK or WARNING, nothing that drains) and *we* drained it → resume it;
-- anything else (UNKNOWN: could not tell; a drain that is not ours) → leave the node alone.
+- the node needs ``reset_gpu`` or more → drain it with ``minutiae[hcp]: <reason>`` (a node
+  already drained or down by an admin, another tool or the controller keeps its state and reason);
+- the node is healthy (OK or WARNING, nothing that drains) and *we* (``hcp``) drained it → resume;
+- anything else (UNKNOWN: could not tell; a drain that is not ours — the controller's
+  ``minutiae[<cluster>/<controller>]:``, a plain ``minutiae:`` of an older version, an admin's)
+  → leave the node alone. The backend must be made with ``owner=HCP_OWNER``.
 
 Kernel-log faults are events from the past: when an admin resumes a node we drained for them
 (after a GPU reset, say), ``check_with_slurm`` remembers that in the state file and does not
@@ -23,7 +25,7 @@ from minutiae.errors import InputError
 from minutiae.model import Finding, Severity, Status
 from minutiae.node.check import CheckConfig, NodeReport, reason_for, run_check
 from minutiae.node.memory import CheckMemory, finding_key
-from minutiae.schedulers.base import NodeSchedState, SchedulerBackend, make_reason
+from minutiae.schedulers.base import HCP_OWNER, NodeSchedState, SchedulerBackend, make_reason
 
 
 class SlurmOutcome(Enum):
@@ -66,7 +68,7 @@ def slurm_step(report: NodeReport, backend: SchedulerBackend, node: str | None =
 
     drainers = [f for f in report.findings if f.action.drains and not ack(f)]
     if drainers:
-        reason = make_reason(reason_for(drainers) or "needs a reset or more")
+        reason = make_reason(reason_for(drainers) or "needs a reset or more", HCP_OWNER)
         if memory is not None:
             memory.drained_for = [finding_key(f) for f in drainers if finding_key(f) in log_keys]
         if current.state in _DRAINED and not current.ours:

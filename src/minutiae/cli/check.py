@@ -45,9 +45,11 @@ def command(as_json: bool, state_file: Path | None, node: str | None, slurm: boo
     step = None
     if slurm:
         from minutiae.agent.healthcheck import check_with_slurm
+        from minutiae.schedulers.base import HCP_OWNER
         from minutiae.schedulers.slurm.backend import SlurmBackend
 
-        report, step = check_with_slurm(cfg, SystemClock(), SlurmBackend(slurm_conf, timeout_s=slurm_timeout))
+        backend = SlurmBackend(slurm_conf, timeout_s=slurm_timeout, owner=HCP_OWNER)
+        report, step = check_with_slurm(cfg, SystemClock(), backend)
     else:
         report = run_check(cfg, SystemClock())
     if as_json:

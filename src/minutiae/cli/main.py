@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "pause": "fleet",
     "unpause": "fleet",
     "jobs": "fleet",
+    "resolve": "resolve",
     "backtest": "backtest",
 }
 

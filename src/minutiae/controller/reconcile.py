@@ -11,7 +11,9 @@ Per node (health from :func:`assess`):
 - HEALTHY and drained by us → RESUME after ``healthy_delay_s`` of clean reports (a lemon is
   HELD for a human);
 - UNKNOWN → nothing, and the healthy delay restarts (UNKNOWN is not OK);
-- drained or down by someone else → never touched.
+- drained or down by someone else → never touched;
+- drained by us, seen so, and now available → a human resumed it: RESOLVE (its current findings
+  are acknowledged; only new evidence drains it again), never fought.
 The storm breaker and the pause switch turn every wanted action into a HOLD.
 """
 
@@ -29,6 +31,7 @@ from minutiae.controller.budget import (
     storm_tripped,
     take_token,
 )
+from minutiae.controller.evidence import acknowledge, evidence_line, fingerprint
 from minutiae.controller.policy import Policy, RuleDo
 from minutiae.controller.state import (
     EMPTY_MEMORY,
@@ -62,13 +65,10 @@ class Assessment:
     summary: str = ""
 
 
-def evidence_line(f: Finding) -> str:
-    head = f.kind if f.code is None else f"{f.kind} {f.code}"
-    where = f" {f.component or f.pci}" if (f.component or f.pci) else ""
-    return f"[{f.severity.label}/{f.action.label}] {head}{where}: {f.line or f.message}"
-
-
-def assess(report: Report | None, policy: Policy, now: float) -> Assessment:
+def assess(report: Report | None, policy: Policy, now: float,
+           acked: frozenset[str] = frozenset()) -> Assessment:
+    """The report's health; findings whose :func:`fingerprint` is in ``acked`` (a human's
+    ``resolve``) do not count."""
     if report is None:
         return Assessment(Health.UNKNOWN, evidence=("no report received",))
     age = now - report.time
@@ -78,6 +78,8 @@ def assess(report: Report | None, policy: Policy, now: float) -> Assessment:
     best: tuple[Action, str, Finding] | None = None
     lines: list[str] = []
     for f in report.findings:
+        if acked and fingerprint(f) in acked:
+            continue
         rule = policy.rule_for(f)
         if rule is None or rule.do is not RuleDo.DRAIN:
             continue
@@ -178,7 +180,9 @@ def _want(st: _Step, name: str, v: NodeView) -> None:
     if _quiet(m, v, st.policy, st.now):
         return
     m = m or EMPTY_MEMORY
-    a = assess(v.report, st.policy, st.now)
+    if m.seen_drained and v.sched is not None and v.sched.state is NodeSchedState.AVAILABLE:
+        m = _human_resumed(st, v, m)
+    a = assess(v.report, st.policy, st.now, m.acked)
     if a.health is Health.UNHEALTHY:
         m = _want_unhealthy(st, name, v, a, m)
     elif a.health is Health.HEALTHY:
@@ -186,6 +190,21 @@ def _want(st: _Step, name: str, v: NodeView) -> None:
     else:  # UNKNOWN is not OK: the healthy delay starts over
         m = replace(m, healthy_since=None)
     st.store(name, m)
+
+
+def _human_resumed(st: _Step, v: NodeView, m: NodeMemory) -> NodeMemory:
+    """Our drain, seen in the scheduler, is gone and we did not resume it: a human did (an
+    admin's ``scontrol resume``). Honoured as a resolve, audited as such."""
+    m, lines = acknowledge(m, v.report)
+    m = replace(m, seen_drained=False, drained_at=None, step=None, step_since=None,
+                healthy_since=None, unhealthy_since=None, last_hold=None, lemon=False)
+    st.decisions.append(Decision(
+        v.name, Verb.RESOLVE, "admin-resume",
+        ("resumed outside minutiae (the scheduler shows it available): honoured as a resolve; "
+         "its current findings are acknowledged, new evidence drains it again", *lines),
+        BudgetVerdict(True, "human", "a human returned the node to service"),
+        st.undo(Verb.RESOLVE, v.name), st.now))
+    return m
 
 
 def _want_unhealthy(st: _Step, name: str, v: NodeView, a: Assessment,
@@ -203,6 +222,7 @@ def _want_unhealthy(st: _Step, name: str, v: NodeView, a: Assessment,
         key = (-int(a.step), m.unhealthy_since or now, name)
         st.drain_wants.append((key, v, a, m))
     elif v.ours:
+        m = replace(m, seen_drained=True)
         if m.drained_at is None:
             m = replace(m, drained_at=now, step=a.step, step_since=now)
         cur = m.step or Action.RESET_GPU
@@ -228,7 +248,7 @@ def _want_healthy(st: _Step, v: NodeView, m: NodeMemory) -> NodeMemory:
     m = replace(m, unhealthy_since=None)
     if v.ours:
         hs = m.healthy_since if m.healthy_since is not None else now
-        m = replace(m, healthy_since=hs)
+        m = replace(m, healthy_since=hs, seen_drained=True)
         if m.lemon:
             st.other_wants.append((Verb.HOLD, v, "lemon", (
                 f"lemon node: {len(m.drains)} drains within {policy.lemon.days:g} days; "
@@ -276,7 +296,7 @@ def _decide_drain(st: _Step, v: NodeView, a: Assessment, m: NodeMemory,
         rule = f"{a.rule}+lemon"
         evidence = (*evidence, f"lemon: {len(recent) + 1} drains within "
                     f"{policy.lemon.days:g} days, straight to {first.label}")
-    reason = make_reason(f"{rule} {a.summary} step={first.label}")
+    reason = make_reason(f"{rule} {a.summary} step={first.label}", st.fleet.owner)
     if stop is not None:
         verdict = stop
     else:
@@ -317,7 +337,7 @@ def _decide_other(st: _Step, want: _OtherWant, stop: BudgetVerdict | None,
             m = replace(m, step=step, step_since=now, last_hold=None)
         else:
             m = replace(m, healthy_since=None, drained_at=None, step=None, step_since=None,
-                        last_hold=None, unhealthy_since=None)
+                        last_hold=None, unhealthy_since=None, seen_drained=False)
         reason = (v.sched.reason or "") if v.sched is not None else ""
         st.decisions.append(Decision(v.name, verb, rule, evidence, verdict,
                                      st.undo(verb, v.name, reason), now, step=step))
@@ -356,7 +376,8 @@ def simulate(fleet: FleetState, plan: Plan) -> FleetState:
         jobs = v.sched.jobs if v.sched is not None else ()
         if d.action is Verb.DRAIN:
             nodes[d.node] = replace(v, sched=NodeState(d.node, NodeSchedState.DRAINED,
-                                                       reason=d.reason, ours=True, jobs=jobs))
+                                                       reason=d.reason, ours=True, jobs=jobs,
+                                                       owner=fleet.owner))
         elif d.action is Verb.RESUME:
             nodes[d.node] = replace(v, sched=NodeState(d.node, NodeSchedState.AVAILABLE,
                                                        jobs=jobs))

@@ -16,17 +16,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from minutiae.clock import Clock
+from minutiae.controller import queries
 from minutiae.controller.intake import Intake
+from minutiae.controller.leadership import Leadership, SoleActor
 from minutiae.controller.notify.base import Notifier
 from minutiae.controller.policy import Policy
-from minutiae.controller.reconcile import assess, reconcile, with_pause
+from minutiae.controller.reconcile import reconcile, with_pause
 from minutiae.controller.record import ReportRecorder
 from minutiae.controller.sched_read import read_states
 from minutiae.controller.state import (
     ControllerMemory,
     Decision,
     FleetState,
-    Health,
     NodeView,
     Pause,
     Plan,
@@ -34,9 +35,15 @@ from minutiae.controller.state import (
     Verb,
 )
 from minutiae.controller.store import DONE, DRY_RUN, FAILED, AuditRow, Store
-from minutiae.controller.views import explain_view, status_view
-from minutiae.errors import BackendError, BackendUnavailable, MinutiaeError
-from minutiae.schedulers.base import Capabilities, NodeSchedState, NodeState, SchedulerBackend
+from minutiae.errors import BackendUnavailable, MinutiaeError
+from minutiae.schedulers.base import (
+    DEFAULT_OWNER,
+    LEGACY_OWNER,
+    Capabilities,
+    NodeSchedState,
+    NodeState,
+    SchedulerBackend,
+)
 
 REMEDIATION_KEY = "remediation"
 _BUSY = (NodeSchedState.DRAINED, NodeSchedState.DRAINING)
@@ -58,8 +65,14 @@ class Counters:
 class Controller:
     def __init__(self, store: Store, backend: SchedulerBackend, policy: Policy, clock: Clock,
                  *, dry_run: bool | None = None, notifiers: Sequence[Notifier] = (),
-                 sched_ttl_s: float = 30.0, recorder: ReportRecorder | None = None) -> None:
+                 sched_ttl_s: float = 30.0, recorder: ReportRecorder | None = None,
+                 owner: str | None = None, leadership: Leadership | None = None) -> None:
         self.store = store
+        #: this controller's identity (``cluster/controller``), written into its drains
+        self.owner = owner or str(getattr(backend, "owner", DEFAULT_OWNER))
+        #: asked before acting: a standby ingests and serves reads, never acts
+        self.leadership: Leadership = leadership or SoleActor(self.owner, clock)
+        self._leading: bool | None = None
         self.backend = backend
         #: the backend's optional capabilities (bulk states, listing, job tolerances), found once
         self.caps = Capabilities.of(backend)
@@ -139,7 +152,7 @@ class Controller:
             self._known = set(got.known)
         need, failed = sorted(got.states.keys() | got.failed), got.failed
         for n, st in got.states.items():
-            self._sched[n] = (st, now)
+            self._sched[n] = (self._adopt(st) if st is not None else None, now)
         out: dict[str, NodeState | None] = {}
         for n in need:
             cached = self._sched.get(n)
@@ -150,6 +163,14 @@ class Controller:
             out[n] = st
         return out
 
+    def _adopt(self, st: NodeState) -> NodeState:
+        """A plain ``minutiae:`` (legacy) drain is ours only when our memory says we made it."""
+        if st.owner == LEGACY_OWNER and st.ours:
+            m = self.memory.nodes.get(st.node)
+            if m is None or m.drained_at is None:
+                return replace(st, ours=False)
+        return st
+
     # ---- one step ------------------------------------------------------------------------
     def step(self) -> Plan:
         """Flush reports, reconcile, audit, act, notify. Never raises for a scheduler problem.
@@ -159,7 +180,9 @@ class Controller:
         every step for interesting nodes (findings, not OK, remembered, just acted on) and for
         every node once per ``sched_ttl_s``."""
         t0 = self.clock.monotonic()
-        self.retry_pending()
+        leading = self._lead()
+        if leading:
+            self.retry_pending()
         now = self.clock.now()
         batch = self.intake.take()
         try:
@@ -168,6 +191,9 @@ class Controller:
             self.problem(f"could not save {len(batch.rows) + len(batch.beats)} reports: {exc}")
             self.intake.give_back(batch)
         reports = batch.reports
+        if not leading:  # a standby keeps reports, never reconciles or acts
+            self.last_step = now
+            return Plan((), self.memory, (), self.dry_run)
         with self._mem_lock:
             mem = self.memory
             interesting = set(batch.interesting) | set(mem.nodes)
@@ -192,7 +218,7 @@ class Controller:
                 st = states.get(n, v.sched if v is not None else None)
                 views[n] = NodeView(n, reports.get(n), st, batch.domains.get(n, {}))
             plan = reconcile(FleetState(dict(views), mem, self.scheduler, job_tolerance={
-                **self._sched_tolerance, **self._tolerance}), self.policy, now)
+                **self._sched_tolerance, **self._tolerance}, owner=self.owner), self.policy, now)
             ids = self.store.begin_batch(plan.memory, mem, plan.decisions, self.dry_run)
             self.memory = plan.memory
         acting = [d for d in plan.decisions if d.action is not Verb.HOLD]
@@ -216,6 +242,25 @@ class Controller:
         with self._lock:
             self.counters.step_s.append(self.clock.monotonic() - t0)
         return plan
+
+    def _lead(self) -> bool:
+        """Ask the leadership; a change of role is said once (status and problems)."""
+        try:
+            leading = self.leadership.acquire() and self.leadership.fence() is not None
+        except MinutiaeError as exc:
+            leading = False
+            self.problem(f"leadership unknown, not acting: {exc}")
+        if leading != self._leading and not leading:
+            self.problem(f"standby: not acting ({self.leadership.status().detail or 'no lead'})")
+        self._leading = leading
+        return leading
+
+    def resolve(self, node: str, reason: str, *, now: bool = False,
+                by: str = "api") -> dict[str, Any]:
+        """A human returns ``node`` to service (``controller/resolve.py``)."""
+        from minutiae.controller.resolve import resolve
+
+        return resolve(self, node, reason, at_once=now, by=by)
 
     def _execute(self, d: Decision, audit_id: int, sched: NodeState | None) -> None:
         self._touched.add(d.node)
@@ -340,61 +385,12 @@ class Controller:
         except MinutiaeError as exc:  # keep the last known values
             self.problem(f"job tolerances from the scheduler unknown this step: {exc}")
 
-    # ---- views for the API ---------------------------------------------------------------
+    # ---- views for the API (controller/queries.py) -----------------------------------------
     def node_rows(self) -> list[dict[str, Any]]:
-        """Every fleet node: those that report, and those the scheduler knows that never did
-        (``silent``: no report, or a stale one)."""
-        now = self.clock.now()
-        with self._lock:
-            reports = dict(self._reports)
-            domains = dict(self.intake.domains)
-        mem = self.memory
-        rows = []
-        for n in sorted(reports.keys() | self._known):
-            r = reports.get(n)
-            a = assess(r, self.policy, now)
-            st = self._sched.get(n, (None, 0.0))[0]
-            if self.dry_run and n in self._overlay:
-                st = self._overlay[n]
-            m = mem.nodes.get(n)
-            age = round(now - r.time, 3) if r is not None else None
-            rows.append({
-                "node": n, "health": a.health.value, "status": r.status.label if r else None,
-                "report_age_s": age, "findings": len(r.findings) if r else 0,
-                "silent": age is None or age > self.policy.stale_after_s,
-                "sched": st.state.value if st else None, "reason": st.reason if st else None,
-                "ours": bool(st and st.ours), "step": m.step.label if m and m.step else None,
-                "lemon": bool(m and m.lemon), "domains": domains.get(n, {}),
-                "rule": a.rule or None, "why": None if a.health is not Health.UNKNOWN
-                else "; ".join(a.evidence)})
-        return rows
+        return queries.node_rows(self)
 
     def status(self) -> dict[str, Any]:
-        rows = self.node_rows()
-        with self._lock:
-            c = self.counters
-            problems = [{"time": t, "what": w} for t, w in list(c.problems)[-20:]]
-            counts = {"reports": c.reports, "rejected": c.rejected, "steps": c.steps,
-                      "actions_done": c.actions_done, "actions_failed": c.actions_failed,
-                      "holds": c.holds,
-                      "last_step_ms": round(1e3 * c.step_s[-1], 1) if c.step_s else None,
-                      "max_step_ms": round(1e3 * max(c.step_s), 1) if c.step_s else None}
-        return status_view(rows, dry_run=self.dry_run, scheduler=self.backend.name,
-                           policy=self.policy.source, pause=self.memory.pause,
-                           pending=len(self.store.pending()), last_step=self.last_step,
-                           counts=counts, problems=problems)
+        return queries.status(self)
 
     def explain(self, node: str) -> dict[str, Any]:
-        try:  # the scheduler's word, live, for the one node asked about
-            st = self.backend.state(node)
-            self._sched[node] = (st, self._sched.get(node, (None, float("-inf")))[1])
-        except MinutiaeError as exc:
-            self.problem(f"explain {node}: scheduler state unknown: {exc}")
-        rows = {r["node"]: r for r in self.node_rows()}
-        history = [r.to_json() for r in self.store.audit(node=node, limit=20)]
-        if node not in rows and not history:
-            raise BackendError(f"unknown node {node}: no report and no decision recorded")
-        with self._lock:
-            rep = self._reports.get(node)
-        return explain_view(node, rows.get(node, {"node": node}), history,
-                            assess(rep, self.policy, self.clock.now()))
+        return queries.explain(self, node)

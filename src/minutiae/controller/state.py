@@ -15,8 +15,8 @@ from typing import Any
 
 from minutiae.controller.budget import Bucket, BudgetVerdict
 from minutiae.model import Action, Finding, Status
-from minutiae.schedulers import undo_hint
-from minutiae.schedulers.base import NodeSchedState, NodeState
+from minutiae.schedulers import NOTHING_TO_UNDO, undo_hint
+from minutiae.schedulers.base import DEFAULT_OWNER, NodeSchedState, NodeState
 
 
 class Verb(Enum):
@@ -28,6 +28,9 @@ class Verb(Enum):
     RESUME = "resume"
     ESCALATE = "escalate"
     HOLD = "hold"
+    #: a human returned the node to service (``minutiae resolve``, or an admin's own resume of
+    #: our drain): its current findings are acknowledged; touches no scheduler
+    RESOLVE = "resolve"
 
 
 class Health(Enum):
@@ -83,7 +86,10 @@ class NodeMemory:
     ``healthy_since``: since when a node we drained reports clean (healthy delay);
     ``step``/``step_since``: the remediation rung requested and when; ``drains``: times of our
     drains within the lemon window; ``lemon``: k drains in d days (needs a human);
-    ``last_hold``: the check that held the last wanted action (to tell new holds from repeats).
+    ``last_hold``: the check that held the last wanted action (to tell new holds from repeats);
+    ``acked``: fingerprints of findings a human acknowledged (``resolve``: they no longer
+    drain; a new occurrence has a new fingerprint and does); ``seen_drained``: the scheduler
+    was seen holding our drain (so an AVAILABLE node later means a human resumed it).
     """
 
     unhealthy_since: float | None = None
@@ -94,12 +100,15 @@ class NodeMemory:
     drains: tuple[float, ...] = ()
     lemon: bool = False
     last_hold: str | None = None
+    acked: frozenset[str] = frozenset()
+    seen_drained: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"unhealthy_since": self.unhealthy_since, "healthy_since": self.healthy_since,
                 "drained_at": self.drained_at, "step": self.step.label if self.step else None,
                 "step_since": self.step_since, "drains": list(self.drains),
-                "lemon": self.lemon, "last_hold": self.last_hold}
+                "lemon": self.lemon, "last_hold": self.last_hold,
+                "acked": sorted(self.acked), "seen_drained": self.seen_drained}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> NodeMemory:
@@ -110,7 +119,9 @@ class NodeMemory:
             step=Action[step.upper()] if isinstance(step, str) else None,
             step_since=d.get("step_since"),
             drains=tuple(float(x) for x in d.get("drains", ())), lemon=bool(d.get("lemon")),
-            last_hold=d.get("last_hold"))
+            last_hold=d.get("last_hold"),
+            acked=frozenset(str(x) for x in d.get("acked", ()) if isinstance(x, str)),
+            seen_drained=bool(d.get("seen_drained")))
 
 
 EMPTY_MEMORY = NodeMemory()
@@ -144,6 +155,8 @@ class FleetState:
     memory: ControllerMemory = field(default_factory=ControllerMemory)
     scheduler: str = "slurm"
     job_tolerance: Mapping[str, int] = field(default_factory=dict)
+    #: this controller's owner tag, written into every drain reason (``cluster/controller``)
+    owner: str = DEFAULT_OWNER
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,12 +212,29 @@ class Plan:
 
 
 def undo_command(scheduler: str, verb: Verb, node: str, reason: str = "") -> str:
-    """The exact command that reverses ``verb`` on ``node`` with ``scheduler``'s own tools
-    (the registered backend's ``undo_hint``; a HOLD or an ESCALATE touched no scheduler)."""
-    if verb is Verb.DRAIN:
-        return undo_hint(scheduler, "drain", node)
+    """The command that reverses ``verb`` on ``node``: a drain's is ``minutiae resolve``
+    (acknowledges the evidence, resumes through the backend: taint and annotations too);
+    a resume's is the scheduler's own tool (the backend's ``undo_hint``); a HOLD, an ESCALATE
+    or a RESOLVE touched no scheduler."""
+    if verb is Verb.DRAIN:  # dry-run or a fake: no scheduler was touched, nothing to undo
+        raw = undo_hint(scheduler, "drain", node)
+        return raw if raw == NOTHING_TO_UNDO else resolve_command(node)
     if verb is Verb.RESUME:
         return undo_hint(scheduler, "resume", node, reason)
     if verb is Verb.ESCALATE:
         return "none needed: escalation only records the requested remediation"
+    if verb is Verb.RESOLVE:
+        return "none needed: new evidence drains the node again"
     return "nothing was done"
+
+
+def resolve_command(node: str) -> str:
+    """``explain``'s undo of a drain: ``minutiae resolve`` (the scheduler's own command is
+    ``scheduler_undo``, a secondary hint)."""
+    return f"minutiae resolve {node} --now --reason 'fixed: <what was done>'"
+
+
+def scheduler_undo(scheduler: str, node: str) -> str:
+    """The scheduler's own command that reverses our drain (no acknowledgement: the evidence
+    still there drains the node again unless it is resolved)."""
+    return undo_hint(scheduler, "drain", node)

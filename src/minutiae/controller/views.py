@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from minutiae.controller.reconcile import Assessment
-from minutiae.controller.state import Health, Pause, Verb
+from minutiae.controller.state import Health, Pause, Verb, resolve_command, scheduler_undo
+from minutiae.schedulers.base import HCP_OWNER, LEGACY_OWNER
 
 
 def status_view(rows: Sequence[Mapping[str, Any]], *, dry_run: bool, scheduler: str,
@@ -31,24 +32,49 @@ def status_view(rows: Sequence[Mapping[str, Any]], *, dry_run: bool, scheduler: 
         "problems": problems}
 
 
+def _drained_by(owner: str | None, reason: str | None) -> str:
+    """Who made a drain that is not ours, in words."""
+    if owner == HCP_OWNER:
+        return (f"drained by minutiae's HealthCheckProgram (reason {reason!r}): `minutiae check "
+                "--slurm` resumes it when the node checks healthy; this controller never does")
+    if owner == LEGACY_OWNER:
+        return (f"drained by an older minutiae (plain 'minutiae:' reason {reason!r}) that this "
+                "controller has no record of making; left to a human (`minutiae resolve`, or "
+                "the scheduler's own resume)")
+    if owner is not None:
+        return (f"drained by another minutiae controller, {owner} (reason {reason!r}); only "
+                "it resumes its drains")
+    return (f"drained by someone else (reason {reason!r}); minutiae never resumes a drain it "
+            "does not own")
+
+
 def explain_view(node: str, row: Mapping[str, Any], history: list[dict[str, Any]],
-                 a: Assessment) -> dict[str, Any]:
-    """Why ``node`` is where it is: someone else's drain, our drain (rule, evidence, budget,
-    undo), a held decision (which budget check, with numbers), or nothing in effect."""
+                 a: Assessment, me: str | None = None) -> dict[str, Any]:
+    """Why ``node`` is where it is: someone else's drain (an admin's, the other minutiae
+    path's), our drain (rule, evidence, budget, undo: ``minutiae resolve``), a held decision
+    (which budget check, with numbers), or nothing in effect. ``me``: our owner tag."""
     last = next((h for h in history if h["action"] != Verb.HOLD.value), None)
     hold = history[0] if history and history[0]["action"] == Verb.HOLD.value else None
     if row.get("sched") in ("drained", "draining") and not row.get("ours"):
-        why = (f"drained by someone else (reason {row.get('reason')!r}); minutiae never "
-               "resumes a drain it does not own")
+        why = _drained_by(row.get("owner"), row.get("reason"))
     elif last and last["action"] == Verb.DRAIN.value and row.get("ours"):
         why = f"drained by minutiae: rule {last['rule']}"
     elif hold:
         why = f"wanted to {hold['wanted']} but held: {hold['budget'].get('detail')}"
+    elif row.get("would"):
+        why = (f"dry-run: would be {row['would']} (rule {last['rule'] if last else '?'}); the "
+               f"scheduler says {row.get('sched')}")
     elif row.get("silent"):
         why = ("silent: " + (row.get("why") or "no fresh report") + "; counted as unavailable "
                "by the safety budget, never drained or resumed on it")
+    elif a.health is Health.UNKNOWN:
+        why = "unknown, never treated as healthy: " + "; ".join(a.evidence)
     else:
         why = f"{a.health.value}; no action in effect"
+    drained = row.get("sched") in ("drained", "draining") and row.get("ours")
     return {"node": node, "why": why, "state": dict(row), "health": a.health.value,
             "current_evidence": list(a.evidence), "last_action": last, "last_hold": hold,
-            "undo": last["undo"] if last else None, "history": history}
+            "undo": resolve_command(node) if drained else (last["undo"] if last else None),
+            "scheduler_undo": (scheduler_undo(str(row.get("scheduler") or ""), node)
+                               if drained else None),
+            "identity": me, "history": history}

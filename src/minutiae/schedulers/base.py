@@ -6,8 +6,10 @@ capabilities below only through :class:`Capabilities`, found once when the backe
 The contract (the one place it is written; ``tests/schedulers/test_backends_contract.py`` runs
 it against every registered backend, real Slurm and a real kube-apiserver included):
 
-- ``state(node)`` says what the scheduler says about ``node`` now. ``ours`` is true only for a
-  drain/cordon minutiae made (reason starts with ``minutiae:``, or our annotation is set).
+- ``state(node)`` says what the scheduler says about ``node`` now. ``owner`` is the minutiae
+  owner tag of a drain/cordon minutiae made (``minutiae[<owner>]:`` reason prefix, or the
+  ownership annotation; ``legacy`` for the plain ``minutiae:`` prefix of older versions);
+  ``ours`` is true only when that owner is this backend's own (:func:`owns`).
 - ``drain(node, reason)`` takes the node out of scheduling with ``reason`` (already made by
   :func:`make_reason`). Idempotent: draining a node drained by us changes nothing; a node
   drained or down by someone else is left as it is, their reason untouched.
@@ -37,8 +39,16 @@ from typing import Literal, Protocol, runtime_checkable
 from minutiae.clock import Clock
 from minutiae.errors import ValidationError
 
-#: Prefix of every reason minutiae writes; a drain whose reason lacks it is not ours.
+#: Prefix of every reason minutiae wrote before owner tags (still read: ``LEGACY_OWNER``).
 REASON_PREFIX = "minutiae:"
+#: The HealthCheckProgram's owner tag (``minutiae check --slurm``): ``minutiae[hcp]: …``.
+HCP_OWNER = "hcp"
+#: The owner of a plain ``minutiae:`` drain (an older version; see :func:`owns`).
+LEGACY_OWNER = "legacy"
+#: A controller's owner tag when none is configured (``<cluster>/<controller>``).
+DEFAULT_OWNER = "default/controller"
+_OWNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,40}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,40})?$")
+_TAGGED = re.compile(r"^minutiae\[([^\]\s]{1,83})\]:")
 MAX_REASON_LEN = 200
 _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _REASON_BAD = re.compile(r"[\x00-\x1f\x7f`$;|&<>\\\"']")
@@ -56,14 +66,17 @@ class NodeSchedState(Enum):
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
-    """A node as the scheduler sees it. ``ours`` is true only when the drain/cordon was made by
-    minutiae (reason starts with ``minutiae:`` or our annotation is present)."""
+    """A node as the scheduler sees it. ``owner``: which minutiae path made the drain/cordon
+    (``hcp``, ``<cluster>/<controller>``, ``legacy``), None when no minutiae path did;
+    ``ours`` is true only when it is the asking backend's own owner."""
 
     node: str
     state: NodeSchedState
     reason: str | None = None
     ours: bool = False
     jobs: tuple[str, ...] = ()
+    #: the minutiae owner tag of the drain (None: not drained by minutiae)
+    owner: str | None = None
 
 
 def validate_node(name: str) -> str:
@@ -73,16 +86,56 @@ def validate_node(name: str) -> str:
     return name
 
 
-def make_reason(text: str) -> str:
-    """A scheduler reason: ``minutiae: <text>``, printable, no shell metacharacters, length-capped."""
+def validate_owner(owner: str) -> str:
+    """An owner tag: ``hcp`` or ``<cluster>/<controller>`` (letters, digits, ``._-``)."""
+    if not isinstance(owner, str) or not _OWNER_RE.fullmatch(owner) or owner == LEGACY_OWNER:
+        raise ValidationError(f"invalid owner {owner!r} (want <cluster>/<controller>, letters, "
+                              "digits and ._- only)")
+    return owner
+
+
+def controller_owner(cluster: str, controller: str) -> str:
+    """A controller's owner tag ``<cluster>/<controller>`` (``hcp`` is the HCP's, not one)."""
+    owner = validate_owner(f"{cluster}/{controller}")
+    if "/" not in owner:
+        raise ValidationError(f"invalid controller identity {owner!r}")
+    return owner
+
+
+def reason_owner(reason: str | None) -> str | None:
+    """Who a scheduler reason says drained the node: the tag of ``minutiae[<tag>]:``,
+    ``legacy`` for a plain ``minutiae:`` (an older version), None for anyone else."""
+    text = (reason or "").strip()
+    m = _TAGGED.match(text)
+    if m:
+        return m.group(1)
+    return LEGACY_OWNER if text.startswith(REASON_PREFIX) else None
+
+
+def owns(owner: str, tag: str | None) -> bool:
+    """May the path ``owner`` resume a drain tagged ``tag``? Only its own. A ``legacy`` drain
+    (plain ``minutiae:``: both paths wrote it before owner tags) is adopted by a controller —
+    which then resumes it only when its own memory says it made that drain — and never by the
+    HealthCheckProgram."""
+    return tag is not None and (tag == owner or (tag == LEGACY_OWNER and owner != HCP_OWNER))
+
+
+def make_reason(text: str, owner: str | None = None) -> str:
+    """A scheduler reason: ``minutiae[<owner>]: <text>`` (``minutiae: <text>`` without an
+    owner), printable, no shell metacharacters, length-capped. A minutiae prefix already on
+    ``text`` (tagged or not) is replaced."""
     body = text.strip()
-    if body.startswith(REASON_PREFIX):
+    m = _TAGGED.match(body)
+    if m:
+        body = body[m.end():].strip()
+    elif body.startswith(REASON_PREFIX):
         body = body[len(REASON_PREFIX):].strip()
     body = _REASON_BAD.sub(" ", body)
     body = re.sub(r"\s+", " ", body).strip()
     if not body:
         raise ValidationError("empty reason")
-    reason = f"{REASON_PREFIX} {body}"
+    prefix = REASON_PREFIX if owner is None else f"minutiae[{validate_owner(owner)}]:"
+    reason = f"{prefix} {body}"
     if len(reason) > MAX_REASON_LEN:
         reason = reason[: MAX_REASON_LEN - 1] + "…"
     return reason
@@ -165,12 +218,14 @@ class Capabilities:
 @dataclass(frozen=True, slots=True)
 class BackendOptions:
     """What ``make_backend(name, **opts)`` may pass a backend's ``create``; each backend
-    reads the options it needs. ``evict``: Kubernetes also evicts a drained node's pods."""
+    reads the options it needs. ``owner`` tags its drains; ``evict``: Kubernetes also evicts a drained node's pods."""
 
     clock: Clock | None = None
     slurm_conf: str | None = None
     kubeconfig: str | None = None
     evict: bool = False
+    #: whose drains these are (``<cluster>/<controller>`` or ``hcp``); None: ``DEFAULT_OWNER``
+    owner: str | None = None
 
 
 class BackendClass(Protocol):

@@ -9,13 +9,15 @@ from dataclasses import dataclass, field
 
 from minutiae.errors import BackendError, BackendUnavailable
 from minutiae.schedulers.base import (
+    DEFAULT_OWNER,
     NOTHING_TO_UNDO,
-    REASON_PREFIX,
     BackendOptions,
     NodeSchedState,
     NodeState,
     UndoVerb,
     make_reason,
+    owns,
+    reason_owner,
     validate_node,
 )
 
@@ -36,10 +38,12 @@ class RecordingBackend:
     calls: list[Call] = field(default_factory=list)
     annotations: dict[tuple[str, str], str] = field(default_factory=dict)
     unreachable: bool = False
+    #: whose drains these are (``schedulers.base.owns`` decides what it may resume)
+    owner: str = DEFAULT_OWNER
 
     @classmethod
     def create(cls, opts: BackendOptions) -> RecordingBackend:
-        return cls()
+        return cls(owner=opts.owner or DEFAULT_OWNER)
 
     @staticmethod
     def undo_hint(verb: UndoVerb, node: str, reason: str = "") -> str:
@@ -49,7 +53,11 @@ class RecordingBackend:
         self.nodes[validate_node(node)] = NodeState(node, NodeSchedState.AVAILABLE, jobs=jobs)
 
     def admin_drain(self, node: str, reason: str) -> None:
-        self.nodes[node] = NodeState(node, NodeSchedState.DRAINED, reason=reason, ours=False)
+        """A drain by someone else: a person, another tool, or the other minutiae path (a
+        ``minutiae[hcp]: …`` reason: it then shows that owner)."""
+        tag = reason_owner(reason)
+        self.nodes[node] = NodeState(node, NodeSchedState.DRAINED, reason=reason,
+                                     ours=owns(self.owner, tag), owner=tag)
 
     def _get(self, node: str) -> NodeState:
         if self.unreachable:
@@ -73,14 +81,15 @@ class RecordingBackend:
         self.calls.append(Call("drain", node, reason))
         if cur.state in (NodeSchedState.DRAINED, NodeSchedState.DRAINING) and not cur.ours:
             return  # someone else's drain: leave their reason alone
-        self.nodes[node] = NodeState(node, NodeSchedState.DRAINED, reason=make_reason(reason),
-                                     ours=True, jobs=cur.jobs)
+        self.nodes[node] = NodeState(node, NodeSchedState.DRAINED,
+                                     reason=make_reason(reason, self.owner), ours=True,
+                                     jobs=cur.jobs, owner=self.owner)
 
     def resume(self, node: str) -> None:
         cur = self._get(node)
         if cur.state is NodeSchedState.AVAILABLE:
             return
-        if not cur.ours or not (cur.reason or "").startswith(REASON_PREFIX):
+        if not cur.ours or not owns(self.owner, reason_owner(cur.reason)):
             raise BackendError(f"{self.name}: refusing to resume {node}: drain is not ours ({cur.reason!r})")
         self.calls.append(Call("resume", node))
         self.nodes[node] = NodeState(node, NodeSchedState.AVAILABLE, jobs=cur.jobs)

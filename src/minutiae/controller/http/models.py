@@ -85,6 +85,15 @@ class PauseIn(BaseModel):
     reason: str = Field(examples=["firmware rollout on rack r03"])
 
 
+class ResolveIn(BaseModel):
+    """A human returns a node to service: its current findings are acknowledged; resumed
+    after the policy's healthy delay, or at once with ``now``."""
+
+    reason: str = Field(min_length=1, max_length=300, examples=["GPU 3 reseated, dcgmi diag -r 3 passed"])
+    now: bool = False
+    by: str | None = Field(default=None, max_length=100, examples=["alice@login1"])
+
+
 
 
 class ToleranceIn(BaseModel):

@@ -35,9 +35,10 @@ MAX_HEADER = 150
 MAX_EVIDENCE_LINES = 10
 LEMON_EMOJI = ":meow_party:"
 _EMOJI = {Verb.DRAIN: ":no_entry:", Verb.RESUME: ":white_check_mark:",
-          Verb.ESCALATE: ":arrow_double_up:", Verb.HOLD: ":double_vertical_bar:"}
+          Verb.ESCALATE: ":arrow_double_up:", Verb.HOLD: ":double_vertical_bar:",
+          Verb.RESOLVE: ":wrench:"}
 _PAST = {Verb.DRAIN: "Drained", Verb.RESUME: "Resumed", Verb.ESCALATE: "Escalated",
-         Verb.HOLD: "Held"}
+         Verb.HOLD: "Held", Verb.RESOLVE: "Resolved"}
 _NUM = re.compile(r"^(.*?)(\d+)$")
 
 

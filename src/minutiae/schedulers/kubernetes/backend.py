@@ -4,8 +4,8 @@ A drain is, on the Node object:
 
 - ``spec.unschedulable: true`` (what ``kubectl cordon`` does) and a ``minutiae.io/unhealthy``
   ``NoSchedule`` taint (kept even if someone runs ``kubectl uncordon`` by hand);
-- ownership annotations ``minutiae.io/cordoned-by: minutiae``, ``minutiae.io/reason``,
-  ``minutiae.io/since``: resume only ever undoes a cordon carrying them, never an admin's;
+- ownership annotations ``minutiae.io/cordoned-by: <owner>`` (``kubernetes/owner.py``), ``…/reason``,
+  ``…/since``: resume only undoes a cordon of its own owner, never an admin's or the other path's;
 - a node condition ``MinutiaeUnhealthy`` (node-problem-detector style, written to the ``status``
   subresource with a strategic merge patch) whose message is the reason;
 - an Event on the node (``kubectl describe node`` shows it);
@@ -20,7 +20,6 @@ re-read, never overwritten. Every operation is idempotent.
 from __future__ import annotations
 
 import logging
-import shlex
 import time as _time
 import uuid
 from collections.abc import Callable, Sequence
@@ -33,23 +32,28 @@ import httpx
 from minutiae.clock import Clock, SystemClock
 from minutiae.errors import BackendError, ValidationError
 from minutiae.schedulers.base import (
+    DEFAULT_OWNER,
     BackendOptions,
     NodeSchedState,
     NodeState,
-    UndoVerb,
     make_reason,
+    owns,
     validate_node,
+    validate_owner,
 )
+from minutiae.schedulers.kubernetes import owner as _owner
 from minutiae.schedulers.kubernetes.config import KubeConfig, load_in_cluster, load_kubeconfig
 from minutiae.schedulers.kubernetes.http import STRATEGIC, KubeAPIError, KubeClient
+from minutiae.schedulers.kubernetes.owner import (
+    DOMAIN,
+    OWNER_KEY,
+    REASON_KEY,
+    SINCE_KEY,
+    TAINT_KEY,
+    owner_of,
+)
 
 log = logging.getLogger("minutiae.kubernetes")
-DOMAIN = "minutiae.io"
-TAINT_KEY = f"{DOMAIN}/unhealthy"
-OWNER_KEY = f"{DOMAIN}/cordoned-by"
-OWNER = "minutiae"
-REASON_KEY = f"{DOMAIN}/reason"
-SINCE_KEY = f"{DOMAIN}/since"
 CONDITION = "MinutiaeUnhealthy"
 _CONFLICT_RETRIES = 5
 LIST_PAGE = 500
@@ -90,18 +94,6 @@ class EvictionReport:
         return not self.held and not self.failed
 
 
-def _is_ours(node: dict[str, Any]) -> bool:
-    return bool(node.get("metadata", {}).get("annotations", {}).get(OWNER_KEY) == OWNER)
-
-
-def _taints(node: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(node.get("spec", {}).get("taints") or [])
-
-
-def _has_our_taint(node: dict[str, Any]) -> bool:
-    return any(t.get("key") == TAINT_KEY for t in _taints(node))
-
-
 def _movable(pod: dict[str, Any]) -> bool:
     """Pods a drain moves: not DaemonSet-owned, not mirror/static, not finished, not deleting."""
     meta = pod.get("metadata", {})
@@ -126,13 +118,15 @@ def job_of(pod: dict[str, Any]) -> str:
     return f"{ns}/{meta.get('name')}"
 
 
-def _node_state(node: str, obj: dict[str, Any], movable_pods: list[dict[str, Any]]) -> NodeState:
+def _node_state(node: str, obj: dict[str, Any], movable_pods: list[dict[str, Any]],
+                me: str) -> NodeState:
     """A Node object (and its movable pods) as ``NodeState``: cordoned or carrying our taint →
     DRAINING while pods remain, else DRAINED; Ready condition not True → DOWN; ``jobs`` are the
-    jobs of its pods (:func:`job_of`)."""
-    ours = _is_ours(obj)
+    jobs of its pods (:func:`job_of`); ``me`` is the asking backend's owner."""
+    tag = owner_of(obj)
+    ours = tag is not None
     cordoned = bool(obj.get("spec", {}).get("unschedulable"))
-    out = cordoned or (ours and _has_our_taint(obj))
+    out = cordoned or (ours and _owner.has_our_taint(obj))
     pods = tuple(dict.fromkeys(job_of(p) for p in movable_pods))
     ready = [c for c in obj.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]
     if out:
@@ -143,7 +137,8 @@ def _node_state(node: str, obj: dict[str, Any], movable_pods: list[dict[str, Any
         st = NodeSchedState.AVAILABLE
     annotations = obj.get("metadata", {}).get("annotations") or {}
     reason = annotations.get(REASON_KEY) if ours else None
-    return NodeState(node, st, reason=reason, ours=ours and out, jobs=pods)
+    return NodeState(node, st, reason=reason, ours=ours and out and owns(me, tag), jobs=pods,
+                     owner=tag if out else None)
 
 
 @dataclass
@@ -157,6 +152,8 @@ class KubernetesBackend:
     config: KubeConfig
     clock: Clock
     evict: bool = False
+    #: the owner tag written into ``cordoned-by`` (``<cluster>/<controller>`` or ``hcp``)
+    owner: str = DEFAULT_OWNER
     event_namespace: str = "default"
     impersonate: str | None = None
     transport: httpx.BaseTransport | None = None
@@ -170,14 +167,15 @@ class KubernetesBackend:
     def create(cls, opts: BackendOptions) -> KubernetesBackend:
         """From ``opts.kubeconfig`` when given, else the in-cluster service account."""
         clock = opts.clock or SystemClock()
+        owner = validate_owner(opts.owner or DEFAULT_OWNER)
         if opts.kubeconfig:
-            return cls.from_kubeconfig(opts.kubeconfig, clock, evict=opts.evict)
-        return cls.in_cluster(clock, evict=opts.evict)
+            return cls.from_kubeconfig(opts.kubeconfig, clock, evict=opts.evict, owner=owner)
+        return cls.in_cluster(clock, evict=opts.evict, owner=owner)
 
-    @staticmethod
-    def undo_hint(verb: UndoVerb, node: str, reason: str = "") -> str:
-        """``kubectl uncordon`` reverses a drain, ``kubectl cordon`` a resume."""
-        return shlex.join(["kubectl", "uncordon" if verb == "drain" else "cordon", node])
+    undo_hint = staticmethod(_owner.undo_hint)
+
+    def _mine(self, obj: dict[str, Any]) -> bool:
+        return owns(self.owner, owner_of(obj))
 
     @classmethod
     def from_kubeconfig(cls, path: str, clock: Clock, context: str | None = None,
@@ -228,7 +226,8 @@ class KubernetesBackend:
 
     def state(self, node: str) -> NodeState:
         obj = self._node(node)
-        return _node_state(node, obj, [p for p in self.pods_on(node) if _movable(p)])
+        return _node_state(node, obj, [p for p in self.pods_on(node) if _movable(p)],
+                           self.owner)
 
     def states(self, nodes: Sequence[str]) -> dict[str, NodeState]:
         """Bulk ``state`` (the controller uses it when present): one node list and one pod
@@ -245,7 +244,7 @@ class KubernetesBackend:
         for obj in items:
             name = str(obj.get("metadata", {}).get("name"))
             if name in wanted:
-                out[name] = _node_state(name, obj, by_node.get(name, []))
+                out[name] = _node_state(name, obj, by_node.get(name, []), self.owner)
         return out
 
     # -- writing ---------------------------------------------------------------------------
@@ -302,26 +301,26 @@ class KubernetesBackend:
         self.api.post(f"/api/v1/namespaces/{quote(ns, safe='')}/events", body)
 
     def drain(self, node: str, reason: str) -> None:
-        text = make_reason(reason)
+        text = make_reason(reason, self.owner)
         since = rfc3339(self.clock.now())
 
         def build(obj: dict[str, Any]) -> dict[str, Any] | None:
             cordoned = bool(obj.get("spec", {}).get("unschedulable"))
-            ours = _is_ours(obj)
-            if cordoned and not ours:
-                return None  # an admin's cordon: leave it and its reason alone
+            ours = self._mine(obj)
+            if (cordoned or owner_of(obj)) and not ours:
+                return None  # an admin's (or the other minutiae path's) cordon: leave it alone
             ann = obj.get("metadata", {}).get("annotations") or {}
-            if cordoned and ours and _has_our_taint(obj) and ann.get(REASON_KEY) == text:
+            if cordoned and ours and _owner.has_our_taint(obj) and ann.get(REASON_KEY) == text:
                 return None  # already done
-            taints = _taints(obj)
-            if not _has_our_taint(obj):
+            taints = _owner.taints(obj)
+            if not _owner.has_our_taint(obj):
                 taints.append({"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"})
-            return {"metadata": {"annotations": {OWNER_KEY: OWNER, REASON_KEY: text,
+            return {"metadata": {"annotations": {OWNER_KEY: self.owner, REASON_KEY: text,
                                                  SINCE_KEY: ann.get(SINCE_KEY) or since}},
                     "spec": {"unschedulable": True, "taints": taints}}
 
         self._merge(node, build)
-        if not _is_ours(self._node(node)):
+        if not self._mine(self._node(node)):
             return  # an admin's cordon
         self._sync_condition(node, True, "MinutiaeDrain", text, "MinutiaeCordon",
                              f"cordoned and tainted {TAINT_KEY}: {text}", "Warning")
@@ -333,13 +332,13 @@ class KubernetesBackend:
     def resume(self, node: str) -> None:
         def build(obj: dict[str, Any]) -> dict[str, Any] | None:
             cordoned = bool(obj.get("spec", {}).get("unschedulable"))
-            ours = _is_ours(obj)
-            if cordoned and not ours:
+            ours = self._mine(obj)
+            if (cordoned or owner_of(obj)) and not ours:
                 raise BackendError(f"kubernetes: refusing to uncordon {node}: the cordon is not "
-                                   f"ours (no {OWNER_KEY}: {OWNER} annotation)")
-            if not ours and not _has_our_taint(obj):
+                                   f"ours (no {OWNER_KEY}: {self.owner} annotation)")
+            if not ours and not _owner.has_our_taint(obj):
                 return None  # nothing of ours on it
-            spec: dict[str, Any] = {"taints": [t for t in _taints(obj) if t.get("key") != TAINT_KEY]}
+            spec: dict[str, Any] = {"taints": [t for t in _owner.taints(obj) if t.get("key") != TAINT_KEY]}
             if cordoned:
                 spec["unschedulable"] = None
             return {"metadata": {"annotations": {OWNER_KEY: None, REASON_KEY: None, SINCE_KEY: None}},

@@ -6,8 +6,11 @@ environment. The runner is injectable (``Runner``; ``minutiae.testing.slurm_runn
 recording fake) so policy tests run without Slurm; the contract tests run against a real
 slurmctld.
 
-Etiquette (LBNL NHC's rule): a drain whose reason does not start with ``minutiae:`` belongs to an
-admin or another tool — ``drain`` leaves it (and its reason) alone and ``resume`` refuses it.
+Etiquette (LBNL NHC's rule, with owners): every drain is written ``minutiae[<owner>]: …`` where the
+owner is the controller's ``<cluster>/<controller>`` or the HealthCheckProgram's ``hcp``. A drain
+whose reason is not this backend's own owner (an admin's, another tool's, the other minutiae
+path's) is someone else's — ``drain`` leaves it (and its reason) alone and ``resume`` refuses it.
+A plain ``minutiae:`` reason (written before owner tags) is ``legacy``: see ``owns``.
 Admin notes in ``Comment=`` are never touched; ``annotate`` writes ``minutiae.<key>=<value>``
 pairs into ``Extra=`` and keeps whatever else is there.
 """
@@ -24,13 +27,16 @@ from typing import Protocol
 
 from minutiae.errors import BackendError, BackendUnavailable, ValidationError
 from minutiae.schedulers.base import (
-    REASON_PREFIX,
+    DEFAULT_OWNER,
     BackendOptions,
     NodeSchedState,
     NodeState,
     UndoVerb,
     make_reason,
+    owns,
+    reason_owner,
     validate_node,
+    validate_owner,
 )
 
 SCONTROL = "scontrol"
@@ -157,7 +163,7 @@ class SlurmBackend:
 
     @classmethod
     def create(cls, opts: BackendOptions) -> SlurmBackend:
-        return cls(slurm_conf=opts.slurm_conf)
+        return cls(slurm_conf=opts.slurm_conf, owner=opts.owner or DEFAULT_OWNER)
 
     @staticmethod
     def undo_hint(verb: UndoVerb, node: str, reason: str = "") -> str:
@@ -165,7 +171,7 @@ class SlurmBackend:
         if verb == "drain":
             return shlex.join(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
         return shlex.join(["scontrol", "update", f"NodeName={node}", "State=DRAIN",
-                           f"Reason={reason or 'minutiae: manual'}"])
+                           f"Reason={reason or make_reason('manual', DEFAULT_OWNER)}"])
 
     def __init__(
         self,
@@ -174,7 +180,9 @@ class SlurmBackend:
         timeout_s: float = 30.0,
         scontrol: str = SCONTROL,
         squeue: str = SQUEUE,
+        owner: str = DEFAULT_OWNER,
     ) -> None:
+        self.owner = validate_owner(owner)
         self.slurm_conf = slurm_conf
         self.runner = runner
         self.timeout_s = timeout_s
@@ -220,24 +228,25 @@ class SlurmBackend:
             return ()
         return tuple(j.strip() for j in res.stdout.split() if j.strip())
 
+    def _node_state(self, n: SlurmNode, jobs: tuple[str, ...]) -> NodeState:
+        st = sched_state(n)
+        out = st in (NodeSchedState.DRAINED, NodeSchedState.DRAINING, NodeSchedState.DOWN)
+        tag = reason_owner(n.reason) if out else None
+        return NodeState(n.name, st, n.reason, owns(self.owner, tag), jobs, tag)
+
     # -- SchedulerBackend ------------------------------------------------------------------
     def state(self, node: str) -> NodeState:
-        n = self._show(node)
-        st = sched_state(n)
-        ours = st in (NodeSchedState.DRAINED, NodeSchedState.DRAINING, NodeSchedState.DOWN) and (
-            n.reason or ""
-        ).startswith(REASON_PREFIX)
-        return NodeState(node, st, n.reason, ours, self._jobs(node))
+        return self._node_state(self._show(node), self._jobs(node))
 
     def drain(self, node: str, reason: str) -> None:
         """Drain with ``reason`` (made safe by ``make_reason``). A node already drained or down by
         someone else keeps its state and reason; our own drain gets the new reason."""
         validate_node(node)
-        safe = make_reason(reason)
+        safe = make_reason(reason, self.owner)
         n = self._show(node)
         st = sched_state(n)
-        if st is not NodeSchedState.AVAILABLE and not (n.reason or "").startswith(REASON_PREFIX):
-            return  # an admin's (or another tool's or Slurm's own) drain/down: leave it alone
+        if st is not NodeSchedState.AVAILABLE and not owns(self.owner, reason_owner(n.reason)):
+            return  # an admin's (another tool's, the other minutiae path's, Slurm's): leave it
         if st in (NodeSchedState.DRAINED, NodeSchedState.DRAINING) and n.reason == safe:
             return  # idempotent
         self._run([self.scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={safe}"])
@@ -249,10 +258,9 @@ class SlurmBackend:
         st = sched_state(n)
         if st is NodeSchedState.AVAILABLE:
             return
-        if not (n.reason or "").startswith(REASON_PREFIX):
-            raise BackendError(
-                f"slurm: refusing to resume {node}: not drained by minutiae (reason {n.reason!r})"
-            )
+        if not owns(self.owner, reason_owner(n.reason)):
+            raise BackendError(f"slurm: refusing to resume {node}: not drained by "
+                               f"minutiae[{self.owner}] (reason {n.reason!r})")
         self._run([self.scontrol, "update", f"NodeName={node}", "State=RESUME"])
 
     def states(self, nodes: Sequence[str]) -> dict[str, NodeState]:
@@ -284,14 +292,8 @@ class SlurmBackend:
             raise
         except BackendError:
             pass
-        out: dict[str, NodeState] = {}
-        for name, sn in parsed.items():
-            st = sched_state(sn)
-            ours = st in (NodeSchedState.DRAINED, NodeSchedState.DRAINING, NodeSchedState.DOWN) and (
-                sn.reason or ""
-            ).startswith(REASON_PREFIX)
-            out[name] = NodeState(name, st, sn.reason, ours, tuple(jobs.get(name, ())))
-        return out
+        return {name: self._node_state(sn, tuple(jobs.get(name, ())))
+                for name, sn in parsed.items()}
 
     def all_states(self) -> dict[str, NodeState]:
         """``states`` of every node Slurm knows (the controller counts fleet nodes whose agent
