@@ -153,3 +153,122 @@ def test_admin_resume_acknowledges_the_kernel_log_fault(conf: str, captures: dic
     assert doc["slurm"]["outcome"] == "nothing" and len(doc["slurm"]["acknowledged"]) == 2
     n = parse_show_node(_scontrol(conf, "show", "node", "-o", "gpu006"))
     assert "DRAIN" not in n.flags
+
+
+# -- ownership: the HealthCheckProgram and a controller on the same real slurmctld --------------
+
+CTL = "e2e/ctl-a"
+XID79_LINE = ("[{t:.6f}] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has "
+              "fallen off the bus.")  # the driver's line as in gpud's Xid 79 fixtures
+
+
+def _xid79(t: float) -> dict[str, object]:
+    return {"kind": "xid", "code": 79, "severity": "critical", "action": "reboot",
+            "pci": "0000:3b:00.0", "message": "GPU has fallen off the bus",
+            "line": XID79_LINE.format(t=t)}
+
+
+def _rep(node: str, *findings: dict[str, object]) -> dict[str, object]:
+    status = "critical" if findings else "ok"
+    return {"node": node, "status": status, "domains": {"rack": "r-own"},
+            "checks": [{"check": "gpu", "status": status, "findings": list(findings)}]}
+
+
+def _controller(conf: str, tmp_path: Path, fleet: str):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from minutiae.controller.policy import load_policy
+    from minutiae.controller.service import Controller
+    from minutiae.controller.store import Store
+    from minutiae.testing import FakeClock
+
+    p = load_policy()
+    budget = replace(p.budget, max_unavailable_fraction=1.0,
+                     storm=replace(p.budget.storm, fraction=1.0))
+    policy = replace(p, dry_run=False, healthy_delay_s=60.0, budget=budget, fleet_nodes=fleet)
+    clock = FakeClock()
+    ctl = Controller(Store(tmp_path / "c.db"), SlurmBackend(conf, owner=CTL), policy, clock)
+    return ctl, clock
+
+
+def _reason(conf: str, node: str) -> str | None:
+    n = parse_show_node(_scontrol(conf, "show", "node", "-o", node))
+    return n.reason if "DRAIN" in n.flags else None
+
+
+def test_hcp_and_controller_never_resume_each_others_drains(
+        conf: str, captures: dict[str, str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ctl, clock = _controller(conf, tmp_path, "gpu00[45]")
+    # the HCP (real `minutiae check --slurm`) drains gpu004; the controller drains gpu005
+    assert _check(conf, captures, "gpu004", faulty=True, capsys=capsys)["slurm"]["outcome"] == "drained"
+    ctl.ingest(_rep("gpu005", _xid79(1234.5)))
+    ctl.ingest(_rep("gpu004"))  # the controller hears gpu004 is healthy: not its drain
+    ctl.step()
+    assert (_reason(conf, "gpu004") or "").startswith("minutiae[hcp]: ")
+    assert (_reason(conf, "gpu005") or "").startswith(f"minutiae[{CTL}]: ")
+    wrong = 0
+    for _ in range(4):  # both sides see the other's node healthy, well past the healthy delay
+        clock.advance(61)
+        ctl.ingest(_rep("gpu004"))
+        ctl.step()
+        out = _check(conf, captures, "gpu005", faulty=False, capsys=capsys)["slurm"]
+        assert out["outcome"] == "left_alone", out
+        wrong += (_reason(conf, "gpu004") is None) + (_reason(conf, "gpu005") is None)
+    assert wrong == 0  # 0 drains resumed by the wrong owner
+    rows = {r["node"]: r for r in ctl.node_rows()}
+    assert rows["gpu004"]["owner"] == "hcp" and not rows["gpu004"]["ours"]
+    assert rows["gpu005"]["owner"] == CTL and rows["gpu005"]["ours"]
+    assert "HealthCheckProgram" in ctl.explain("gpu004")["why"]
+    assert ctl.status()["unavailable"] >= 2  # the HCP's drain counts in the budget too
+    # each owner resumes its own
+    assert _check(conf, captures, "gpu004", faulty=False, capsys=capsys)["slurm"]["outcome"] == "resumed"
+    ctl.ingest(_rep("gpu005"))
+    ctl.step()
+    clock.advance(61)
+    ctl.ingest(_rep("gpu005"))
+    ctl.step()
+    assert _reason(conf, "gpu004") is None and _reason(conf, "gpu005") is None
+
+
+def test_resolved_node_stays_in_service_until_new_evidence(conf: str, tmp_path: Path) -> None:
+    ctl, clock = _controller(conf, tmp_path, "gpu007")
+    fault = _xid79(1234.5)
+    ctl.ingest(_rep("gpu007", fault))
+    ctl.step()
+    assert (_reason(conf, "gpu007") or "").startswith(f"minutiae[{CTL}]: ")
+    out = ctl.resolve("gpu007", "GPU reseated, dcgmi diag -r 3 passed", now=True, by="alice")
+    assert out["resumed"] == "now" and len(out["acknowledged"]) == 1
+    assert _reason(conf, "gpu007") is None
+    for _ in range(5):  # the kernel log still holds the old line (faults count since boot)
+        clock.advance(61)
+        ctl.ingest(_rep("gpu007", fault))
+        ctl.step()
+        assert _reason(conf, "gpu007") is None, "a resolved node was drained on old evidence"
+    # a new fault (a new kernel-log line) drains it again
+    ctl.ingest(_rep("gpu007", fault, _xid79(9876.5)))
+    ctl.step()
+    assert (_reason(conf, "gpu007") or "").startswith(f"minutiae[{CTL}]: ")
+    acts = [(a.action, a.rule, a.status) for a in reversed(ctl.store.audit(node="gpu007"))]
+    assert acts == [("drain", "needs-remediation", "done"), ("resolve", "resolve", "done"),
+                    ("resume", "resolve", "done"), ("drain", "needs-remediation", "done")]
+
+
+def test_an_admins_scontrol_resume_is_honoured_as_a_resolve(conf: str, tmp_path: Path) -> None:
+    ctl, clock = _controller(conf, tmp_path, "gpu008")
+    fault = _xid79(55.25)
+    ctl.ingest(_rep("gpu008", fault))
+    ctl.step()
+    clock.advance(5)
+    ctl.step()  # sees its drain in Slurm
+    _scontrol(conf, "update", "NodeName=gpu008", "State=RESUME")  # the admin fixed it
+    for _ in range(3):
+        clock.advance(61)
+        ctl.ingest(_rep("gpu008", fault))
+        ctl.step()
+        assert _reason(conf, "gpu008") is None, "the controller fought the admin's resume"
+    [row] = [a for a in ctl.store.audit(node="gpu008") if a.action == "resolve"]
+    assert row.rule == "admin-resume" and row.status == "done"
+    ctl.ingest(_rep("gpu008", fault, _xid79(77.5)))
+    ctl.step()
+    assert _reason(conf, "gpu008") is not None
