@@ -24,12 +24,18 @@ from minutiae.schedulers import serve_backends
               "wakes it at once)")
 @click.option("--token-file", default=None, help="file holding the bearer token "
               "(else $MINUTIAE_TOKEN)")
+@click.option("--cluster", envvar="MINUTIAE_CLUSTER", default="default", show_default=True,
+              help="cluster name: with --controller-id, the identity written into every drain "
+              "(Slurm reason minutiae[<cluster>/<controller-id>]: …)")
+@click.option("--controller-id", envvar="MINUTIAE_CONTROLLER_ID", default="controller",
+              show_default=True, help="this controller's id within the cluster (replicas of "
+              "one controller share it)")
 def command(listen: str, db: str, policy_path: str | None, backend: str,
             slurm_conf: str | None, kubeconfig: str | None, act: bool | None, interval: float,
-            token_file: str | None) -> None:
+            token_file: str | None, cluster: str, controller_id: str) -> None:
     """Run the controller: receive agent reports, reconcile, act through a scheduler backend."""
     from minutiae.controller.run import serve
 
     serve(listen=listen, db=db, policy_path=policy_path, backend=backend,
           slurm_conf=slurm_conf, kubeconfig=kubeconfig, act=act, interval=interval,
-          token=read_token(token_file))
+          token=read_token(token_file), cluster=cluster, controller_id=controller_id)

@@ -21,7 +21,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
           slurm_conf: str | None, kubeconfig: str | None, act: bool | None, interval: float,
-          token: str) -> None:
+          token: str, cluster: str = "default", controller_id: str = "controller") -> None:
     import uvicorn
 
     from minutiae.controller.http.api import make_app
@@ -34,10 +34,16 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
         policy = replace(policy, dry_run=not act)
     clock = SystemClock()
     import os
+    import socket
+
+    from minutiae.controller.leadership import SqliteFileLock
+    from minutiae.schedulers.base import controller_owner
+
+    owner = controller_owner(cluster, controller_id)  # written into every drain we make
 
     # MINUTIAE_K8S_EVICT=1: also evict a drained node's pods (PodDisruptionBudgets honoured)
     be = make_backend(backend, clock=clock, slurm_conf=slurm_conf, kubeconfig=kubeconfig,
-                      evict=os.environ.get("MINUTIAE_K8S_EVICT") == "1")
+                      evict=os.environ.get("MINUTIAE_K8S_EVICT") == "1", owner=owner)
     if backend == "dry-run":
         policy = replace(policy, dry_run=True)
     from pathlib import Path
@@ -51,12 +57,17 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
 
     # MINUTIAE_RECORD=DIR: keep DIR/reports.jsonl for `minutiae backtest DIR`
     record = os.environ.get("MINUTIAE_RECORD")
+    # one actor per SQLite file: a second `serve` on it is a standby (reads and reports only)
+    lead = SqliteFileLock(db, f"{owner}@{socket.gethostname()}:{os.getpid()}", clock)
     controller = Controller(Store(db), be, policy, clock, notifiers=notifiers,
-                            recorder=ReportRecorder(record) if record else None)
+                            recorder=ReportRecorder(record) if record else None,
+                            owner=owner, leadership=lead)
+    if not lead.acquire():
+        print(f"minutiae serve: STANDBY: {lead.status().detail}", flush=True)
     app = make_app(controller, token, loop_interval=interval)
     mode = "DRY-RUN (nothing reaches the scheduler)" if controller.dry_run else "ACTING"
-    print(f"minutiae serve: {mode}; backend {be.name}; policy {policy.source}; "
-          f"store {db}; http://{host}:{port}", flush=True)
+    print(f"minutiae serve: {mode}; identity {owner}; backend {be.name}; policy "
+          f"{policy.source}; store {db}; http://{host}:{port}", flush=True)
     import sys
 
     # the reconcile thread hands the GIL back to the event loop every 1 ms (default 5 ms), so
