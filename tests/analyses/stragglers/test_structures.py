@@ -258,3 +258,27 @@ def test_min_slowdown_zero_finds_every_3pct_fault(seed: int) -> None:
     # wander) is ~2 %; --min-slowdown 0 must show it, not fold it into a "workload" finding
     w, r = _run("gpu+3%", seed, min_slowdown=0.0)
     assert any(w.faults[0].target in s.ranks for s in r.suspects)
+
+
+def test_what_a_gpu_already_had_in_the_warm_up_is_not_new_slowdown() -> None:
+    # (the simulator's shape: 3 % noise, ~100 logged steps) rank 5: +1.5 % from step 0 (its
+    # lottery) and +2 % more from step 50 (a wander): 3.5 % against its peers, 2 % new.
+    # Rank 40: +3.5 % from step 50, all of it new.
+    import numpy as np
+    import polars as pl
+
+    from minutiae.analyses.stragglers.analysis import analyse
+    from minutiae.analyses.stragglers.prep import prepare
+
+    rng = np.random.default_rng(5)
+    ranks, steps = 64, 100
+    x = np.exp(rng.normal(0, 0.03, (steps, ranks)))
+    x[:, 5] *= 1.015
+    x[50:, 5] *= 1.02
+    x[50:, 40] *= 1.035
+    df = pl.DataFrame({"step": np.repeat(np.arange(steps), ranks),
+                       "rank": np.tile(np.arange(ranks), steps), "seconds": x.ravel(),
+                       "node": np.tile(np.arange(ranks) // 8, steps).astype(str)})
+    r = analyse(prepare(df, "offsets"))
+    assert [s.rank for s in r.suspects] == [40]
+    assert r.slowest[0].rank == 5

@@ -142,6 +142,9 @@ class StragglerAnalysis:
         warm_logx = log_times(warm.compute)
         r_warm, node_warm = self.peers.fit(warm_logx)
         self.rho = lag1(r_warm)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            self.warm_offset = np.nan_to_num(np.nanmedian(r_warm, axis=0))
         sig, count, spikes = _group_sigma(r_warm, self.groups, self.members)
         rpn = options.ranks_per_node or self._ranks_per_node(warm)
         with warnings.catch_warnings():
@@ -333,7 +336,9 @@ class StragglerAnalysis:
         warm_end = int(steps[min(self.options.warmup, steps.size) - 1]) if steps.size else first
         suspects, below = above_floor(suspects, self.options.min_slowdown, warm_end,
                                       spread(self.compute),
-                                      still_slow(rows, index))
+                                      still_slow(rows, index),
+                                      lambda s: float(np.median(
+                                          self.warm_offset[[index[r] for r in s.ranks]])))
         listed = slowest(self.meta, self.compute, comp_share, n,
                          {r for s in suspects for r in s.ranks}, self.rho)
         stopped = []

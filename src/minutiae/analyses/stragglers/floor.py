@@ -46,15 +46,20 @@ def spread(det: SeriesDetector) -> float:
 
 def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
                 job_spread: float, still: Callable[[Suspect], float] | None = None,
+                offset: Callable[[Suspect], float] | None = None,
                 ) -> tuple[list[Suspect], int]:
-    """The suspects that reach the floor, and how many alarms did not. A slowdown present
-    since the data starts (``since_step`` within the warm-up) is also judged against the job's
-    own GPU-to-GPU spread (``warm_end``: the last warm-up step number): it must reach ``SPREAD_Z`` spreads (a 1 % lottery puts 1 GPU in 750
-    beyond 3 %; beyond 4 spreads, 1 in 30,000), so the lottery's tail is listed, not blamed,
-    while a node or GPU slow from step 0 by more than that is found. A suspect within
-    ``NEAR`` floors must still be slow: ``still(s)`` (its mean log-ratio over its last steps)
-    at least ``STILL_SHARE`` of the floor. A wandering GPU (AR(1), phi 0.9-0.97) drifts to the
-    floor for tens of steps and back; a faulty one stays."""
+    """The suspects that reach the floor, and how many alarms did not.
+
+    A slowdown present since the data starts (``since_step`` up to ``warm_end``, the last
+    warm-up step number) is also judged against the job's own GPU-to-GPU spread: it must reach
+    ``SPREAD_Z`` spreads (a 1 % lottery puts 1 GPU in 750 beyond 3 %; beyond 4 spreads, 1 in
+    30,000), so the lottery's tail is listed, not blamed, while a node or GPU slow from step 0
+    by more than that is found. A later one is judged on what is new: its size less
+    ``offset(s)``, the median ratio its ranks already had in the warm-up (a GPU 1.5 % behind by
+    its lottery and 2 % more by a wander is 2 % slower than it was). Within ``NEAR`` floors it
+    must still be slow: ``still(s)`` (its mean log-ratio over its last steps) at least
+    ``STILL_SHARE`` of the floor (a wandering GPU drifts to the floor and back; a faulty one
+    stays)."""
     if floor <= 0:
         return suspects, 0
 
@@ -66,6 +71,8 @@ def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
         # a transient fault (a 30 % fail-slow for 20 minutes of a long job) averages out
         # below the floor after it ends: its size when found counts too
         big = size(s)
+        if offset is not None:  # what it already had in the warm-up (its lottery) is not new
+            big = float(np.expm1(np.log1p(big) - max(offset(s), 0.0)))
         if still is not None and big < NEAR * need and not (
                 still(s) >= STILL_SHARE * float(np.log1p(floor))):
             return False
