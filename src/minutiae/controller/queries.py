@@ -64,6 +64,7 @@ def status(ctl: Controller) -> dict[str, Any]:
                       pending=len(ctl.store.pending()), last_step=ctl.last_step,
                       counts=counts, problems=problems)
     out["identity"] = ctl.owner
+    out["retrying"] = ctl.retries.to_json()
     out.update(ctl.leadership.status().to_json())
     return out
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from minutiae.clock import Clock
-from minutiae.controller import queries
-from minutiae.controller.intake import Intake
+from minutiae.controller import queries, retry
+from minutiae.controller.intake import Batch, Intake
 from minutiae.controller.leadership import Leadership, SoleActor
 from minutiae.controller.notify.base import Notifier
 from minutiae.controller.policy import Policy
@@ -35,7 +35,7 @@ from minutiae.controller.state import (
     Verb,
 )
 from minutiae.controller.store import DONE, DRY_RUN, FAILED, AuditRow, Store
-from minutiae.errors import BackendUnavailable, MinutiaeError
+from minutiae.errors import MinutiaeError
 from minutiae.schedulers.base import (
     DEFAULT_OWNER,
     LEGACY_OWNER,
@@ -73,6 +73,8 @@ class Controller:
         #: asked before acting: a standby ingests and serves reads, never acts
         self.leadership: Leadership = leadership or SoleActor(self.owner, clock)
         self._leading: bool | None = None
+        #: failed resumes/escalations, retried with backoff (``controller/retry.py``)
+        self.retries = retry.Retries()
         self.backend = backend
         #: the backend's optional capabilities (bulk states, listing, job tolerances), found once
         self.caps = Capabilities.of(backend)
@@ -181,15 +183,12 @@ class Controller:
         every node once per ``sched_ttl_s``."""
         t0 = self.clock.monotonic()
         leading = self._lead()
+        now = self.clock.now()
         if leading:
             self.retry_pending()
-        now = self.clock.now()
+            retry.retry_due(self, now)
         batch = self.intake.take()
-        try:
-            self.store.save_reports(batch.rows, batch.beats)
-        except MinutiaeError as exc:
-            self.problem(f"could not save {len(batch.rows) + len(batch.beats)} reports: {exc}")
-            self.intake.give_back(batch)
+        self._save(batch)
         reports = batch.reports
         if not leading:  # a standby keeps reports, never reconciles or acts
             self.last_step = now
@@ -229,6 +228,20 @@ class Controller:
         with self._lock:
             self.counters.steps += 1
             self.counters.holds += sum(1 for d in plan.decisions if d.action is Verb.HOLD and d.new)
+        self._tell(plan)
+        self.last_step = now
+        with self._lock:
+            self.counters.step_s.append(self.clock.monotonic() - t0)
+        return plan
+
+    def _save(self, batch: Batch) -> None:
+        try:
+            self.store.save_reports(batch.rows, batch.beats)
+        except MinutiaeError as exc:
+            self.problem(f"could not save {len(batch.rows) + len(batch.beats)} reports: {exc}")
+            self.intake.give_back(batch)
+
+    def _tell(self, plan: Plan) -> None:
         for a in plan.alerts:
             self.problem(a)
         tell = [d for d in plan.decisions if d.new]
@@ -238,10 +251,6 @@ class Controller:
                     nt.notify(tell, plan.alerts)
                 except Exception as exc:  # a notifier must never stop remediation
                     self.problem(f"notifier {type(nt).__name__} failed: {exc}")
-        self.last_step = now
-        with self._lock:
-            self.counters.step_s.append(self.clock.monotonic() - t0)
-        return plan
 
     def _lead(self) -> bool:
         """Ask the leadership; a change of role is said once (status and problems)."""
@@ -281,6 +290,7 @@ class Controller:
             with self._lock:
                 self.counters.actions_failed += 1
             self.problem(f"{d.action.value} {d.node} failed: {exc}")
+            self.retries.add(d, audit_id, str(exc), self.clock.now())
             self._sched.pop(d.node, None)
             return
         # what the scheduler should now say (re-read at the next step: stamped as stale)
@@ -303,40 +313,10 @@ class Controller:
         elif action == Verb.ESCALATE.value:
             self.backend.annotate(node, REMEDIATION_KEY, step or "inspect")
 
-    # ---- recovery ------------------------------------------------------------------------
+    # ---- recovery and retries (controller/retry.py) ------------------------------------
     def retry_pending(self) -> list[AuditRow]:
-        """Finish every ``pending`` audit row (left by a crash mid-batch): confirm it when the
-        scheduler already shows it done, else do it now. Returns the rows handled."""
-        done: list[AuditRow] = []
-        for row in self.store.pending():
-            now = self.clock.now()
-            if row.dry_run:
-                self.store.finish(row.id, DRY_RUN, "dry-run (recovered on restart)", now)
-                done.append(row)
-                continue
-            try:
-                st = self.backend.state(row.node)
-                if row.action == Verb.DRAIN.value and st.state in _BUSY and st.ours:
-                    self.store.finish(row.id, DONE, "confirmed on restart: already drained", now)
-                elif row.action == Verb.DRAIN.value and st.state in _BUSY:
-                    self.store.finish(row.id, FAILED, f"on restart: node drained by someone "
-                                      f"else ({st.reason!r}); left alone", now)
-                elif row.action == Verb.RESUME.value and st.state is NodeSchedState.AVAILABLE:
-                    self.store.finish(row.id, DONE, "confirmed on restart: already resumed", now)
-                else:
-                    self._apply(row.action, row.node, row.reason, row.step)
-                    self.store.finish(row.id, DONE, "completed on restart", now)
-                    with self._lock:
-                        self.counters.actions_done += 1
-                done.append(row)
-            except BackendUnavailable as exc:
-                self.problem(f"pending {row.action} {row.node} (audit {row.id}) not recovered "
-                             f"yet: {exc}")
-                break
-            except MinutiaeError as exc:
-                self.store.finish(row.id, FAILED, f"on restart: {exc}", now)
-                done.append(row)
-        return done
+        """Finish every ``pending`` audit row left by a crash mid-batch."""
+        return retry.retry_pending(self)
 
     # ---- pause ---------------------------------------------------------------------------
     def pause(self, reason: str) -> None:
