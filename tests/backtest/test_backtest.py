@@ -324,12 +324,12 @@ def test_recorded_garbage_is_a_clear_error(tmp_path_factory: pytest.TempPathFact
 
 @pytest.mark.parametrize("name, text, needle", [
     ("maintenance.csv", "time,node,what\nsoon,gpu001,reboot\n", "maintenance.csv: line 2: time 'soon'"),
-    ("maintenance.csv", "when,who\n1,gpu001\n", "maintenance.csv: missing column(s) time, node"),
-    ("jobs.csv", "job_id,start,end,nodes\n1,a,b,gpu001\n", "jobs.csv: line 2: start/end"),
+    ("maintenance.csv", "when,who\n1,gpu001\n", "maintenance.csv: line 1: missing column(s) time, node"),
+    ("jobs.csv", "job_id,start,end,nodes\n1,a,b,gpu001\n", "jobs.csv: line 2: start 'a' is not a number"),
     ("meta.json", "{not json", "meta.json: not JSON"),
     ("meta.json", '{"start": "x"}', "meta.json: needs numeric start and end"),
     ("truth.jsonl", '{"id": 1}\n', "truth.jsonl: line 1: not a truth record"),
-    ("fleet.csv", "host\ngpu001\n", "fleet.csv: missing column(s) node"),
+    ("fleet.csv", "host\ngpu001\n", "fleet.csv: line 1: missing column(s) node"),
 ])
 def test_bad_dataset_files_are_named(tmp_path: Path, name: str, text: str, needle: str) -> None:
     root = write_dataset(tmp_path / "ds", nodes=4, days=0.01)

@@ -39,6 +39,7 @@ from minutiae.node.replay import (
     log_signals,
 )
 from minutiae.node.result import status_of
+from minutiae.scoring.damage import Damage, unknown_from
 from minutiae.scoring.truth import TruthEvent, parse_truth_lines
 
 DOMAIN_COLUMNS = ("rack", "leaf", "nvl_domain")
@@ -89,6 +90,8 @@ class History:
     gpus_per_node: int = 8
     suppressed: int = 0
     honour_maintenance: bool = True
+    #: damaged inputs and the node-windows they make UNKNOWN (``minutiae.scoring.damage``)
+    damage: tuple[Damage, ...] = ()
 
 
 def _windows(rows: Sequence[Mapping[str, str]], length: float, where: str) -> list[Window]:
@@ -216,39 +219,67 @@ def _report_events(node: str, states: list[tuple[float, tuple[Finding, ...]]],
     return events
 
 
-def _load_node(task: tuple[Path, str, tuple[Window, ...], float, float, int, bool]
-               ) -> tuple[list[NodeEvent], int]:
-    """One node's events (module level: it runs in worker processes with ``jobs`` > 1)."""
-    root, node, own, start, end, year, honour = task
-    kern, ib_text = files.read_node(root, node)
+def _load_node(task: tuple[Path, str, tuple[Window, ...], float, float, int, bool, float | None,
+                             tuple[Damage, ...]]
+               ) -> tuple[list[NodeEvent], int, list[Damage]]:
+    """One node's events and damage (module level: it runs in worker processes with ``jobs`` > 1).
+
+    From the first damage on (its own files, or a fleet-wide file) the node is UNKNOWN: its last
+    report before is held to that moment and nothing after it is replayed, so reconcile sees a
+    silent node (neither healthy nor drained); damaged from the start, it never reports."""
+    root, node, own, start, end, year, honour, ib_interval, fleet_damage = task
+    kern, ib_text, damage = files.read_node(root, node, start=start, end=end, year=year,
+                                            ib_interval_s=ib_interval)
+    cut = unknown_from((*fleet_damage, *damage), node)
+    if cut is not None and cut <= start:
+        events, sup = _node_reports(node, [], [], [], list(own), start, start, honour)
+        return [e for e in events if e.kind is not EventKind.REPORT], sup, damage
+    stop = end if cut is None else min(end, cut)
     logs, boots = log_signals(kern, year) if kern else ([], [])
     ib = ib_signals(ib_text, str(root / "nodes" / node / "ib.csv"), node, boots) if ib_text else []
     counted = count_signals([tf for tf in logs if not (honour and any(
         w.start <= tf.time < w.end for w in own))], boots, node)
-    return _node_reports(node, logs, boots, ib, list(own), start, end, honour, counted)
+    events, sup = _node_reports(node, logs, boots, ib, list(own), start, stop, honour, counted)
+    return events, sup, damage
+
+
+def _check_damage(root: Path, damage: Sequence[Damage], allow: bool) -> None:
+    """A damaged file the whole replay depends on: refused (exit 3) unless allowed."""
+    for d in damage:
+        if d.fatal and not allow:
+            line = f"line {d.line}: " if d.line is not None else ""
+            raise DataError(f"{line}{d.detail or d.harm.value} ({d.harm.value}); the whole replay "
+                            "depends on it (--allow-damaged replays the nodes it affects as "
+                            "UNKNOWN)", str(root / d.path))
 
 
 def load_simulated(root: Path, *, maintenance_window_s: float = 1800.0,
-                   honour_maintenance: bool = True, jobs: int = 1) -> History:
-    """A simulated dataset; ``jobs`` > 1 rebuilds the nodes' reports in that many processes."""
+                   honour_maintenance: bool = True, jobs: int = 1,
+                   allow_damaged: bool = False) -> History:
+    """A simulated dataset; ``jobs`` > 1 rebuilds the nodes' reports in that many processes.
+    Damaged files (``History.damage``) make node-windows UNKNOWN; a damaged fleet-wide file
+    raises ``DataError`` unless ``allow_damaged``."""
     meta = files.read_meta(root)
     try:
         start, end = float(meta["start"]), float(meta["end"])
     except (KeyError, TypeError, ValueError):
         raise DataError("needs numeric start and end", str(root / "meta.json")) from None
     year = datetime.fromtimestamp(start, UTC).year
-    fleet = files.read_csv(root, "fleet.csv", ("node",))
-    domains = {r["node"]: {c: r[c] for c in DOMAIN_COLUMNS if r.get(c)} for r in fleet}
-    nodes = sorted(set(domains) | set(files.node_dirs(root)))
-    windows = _windows(files.read_csv(root, "maintenance.csv", ("time", "node")),
-                       maintenance_window_s, str(root / "maintenance.csv"))
+    ff = files.scan_fleet(root, meta, start)
+    _check_damage(root, ff.damage, allow_damaged)
+    domains = {r["node"]: {c: r[c] for c in DOMAIN_COLUMNS if r.get(c)} for r in ff.fleet}
+    nodes = ff.nodes
+    windows = _windows(ff.maintenance, maintenance_window_s, str(root / "maintenance.csv"))
     by_node: dict[str, list[Window]] = {}
     for w in windows:
         by_node.setdefault(w.node, []).append(w)
     events: list[NodeEvent] = []
     suppressed = 0
-    tasks = [(root, node, tuple(by_node.get(node, ())), start, end, year, honour_maintenance)
-             for node in nodes]
+    sampling = meta.get("sampling")
+    ib_interval = sampling.get("ib_interval_s") if isinstance(sampling, dict) else None
+    ib_interval = float(ib_interval) if isinstance(ib_interval, int | float) else None
+    tasks = [(root, node, tuple(by_node.get(node, ())), start, end, year, honour_maintenance,
+              ib_interval, tuple(ff.damage)) for node in nodes]
     if jobs > 1 and len(nodes) >= PARALLEL_MIN_NODES:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -259,17 +290,18 @@ def load_simulated(root: Path, *, maintenance_window_s: float = 1800.0,
             results = list(pool.map(_load_node, tasks, chunksize=max(1, len(tasks) // (4 * jobs))))
     else:
         results = [_load_node(t) for t in tasks]
-    for evs, sup in results:
+    damage = list(ff.damage)
+    for evs, sup, dmg in results:
         events.extend(evs)
         suppressed += sup
-    events.extend(_jobs(files.read_csv(root, "jobs.csv", ("job_id", "start", "end", "nodes")),
-                        str(root / "jobs.csv")))
+        damage.extend(dmg)
+    events.extend(_jobs(ff.jobs, str(root / "jobs.csv")))
     truth_path = root / "truth.jsonl"
     truth = tuple(parse_truth_lines(files.read_lines(truth_path), str(truth_path)))
     events.sort(key=lambda e: (e.time, e.node, e.kind.value))
     return History(str(root), files.SIMULATED, start, end, tuple(nodes), domains, tuple(events),
                    tuple(windows), truth, int(meta.get("gpus_per_node", 8)), suppressed,
-                   honour_maintenance)
+                   honour_maintenance, tuple(damage))
 
 
 def load_recorded(root: Path, *, maintenance_window_s: float = 1800.0,
@@ -309,11 +341,12 @@ def load_recorded(root: Path, *, maintenance_window_s: float = 1800.0,
 
 
 def load_history(root: str | Path, *, maintenance_window_s: float = 1800.0,
-                 honour_maintenance: bool = True, jobs: int = 1) -> History:
+                 honour_maintenance: bool = True, jobs: int = 1, allow_damaged: bool = False) -> History:
     """Load ``root`` as whichever history it holds (simulated dataset or recorded reports)."""
     p = Path(root)
     if files.layout(p) == files.SIMULATED:
         return load_simulated(p, maintenance_window_s=maintenance_window_s,
-                              honour_maintenance=honour_maintenance, jobs=jobs)
+                              honour_maintenance=honour_maintenance, jobs=jobs,
+                              allow_damaged=allow_damaged)
     return load_recorded(p, maintenance_window_s=maintenance_window_s,
                          honour_maintenance=honour_maintenance)

@@ -10,6 +10,7 @@ from typing import Any
 from minutiae.backtest.history import History
 from minutiae.backtest.replay import Replay, summary
 from minutiae.controller.state import Decision, Verb
+from minutiae.scoring.damage import Damage
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,7 @@ def to_json(r: Replay, history: History) -> dict[str, Any]:
                    "repeat_nodes": s.repeat_nodes} for s in r.rules()],
         "alerts": [{"time": t, "text": a} for t, a in r.alerts],
         "held_missed": list(r.held_missed),
+        "damage": [d.to_json() for d in history.damage],
         "score": r.score.to_json() if r.score is not None else None,
         "nodes": nodes,
     }
@@ -130,6 +132,7 @@ def render(r: Replay, history: History, label: str = "") -> list[str]:
         if s["wrong_drain_causes"]:
             out.append("  wrong drains by what the truth says happened: " + ", ".join(
                 f"{k} {v}" for k, v in s["wrong_drain_causes"].items()))
+    out += damage_lines(history.damage)
     for t, a in r.alerts[:10]:
         out.append(f"  STORM {_when(t)}: {a}")
     if len(r.alerts) > 10:
@@ -143,6 +146,22 @@ def render(r: Replay, history: History, label: str = "") -> list[str]:
         for x in repeat:
             out.append(f"  repeat-rule storm? {x.rule} drained {x.repeat_nodes} node(s) more than "
                        "once: check its debounce/hysteresis or the healthy delay")
+    return out
+
+
+#: damage lines printed in the text report (all of them are in the JSON)
+DAMAGE_LINES = 20
+
+
+def damage_lines(damage: Sequence[Damage]) -> list[str]:
+    """One line per damaged input: the node-window it makes UNKNOWN (never healthy)."""
+    if not damage:
+        return []
+    out = [f"  damaged input: {len(damage)} file(s); the node-windows below are UNKNOWN (not "
+           "reporting: neither healthy nor drained)"]
+    out += [f"    {d.message()}" for d in damage[:DAMAGE_LINES]]
+    if len(damage) > DAMAGE_LINES:
+        out.append(f"    … {len(damage) - DAMAGE_LINES} more (--json lists them all)")
     return out
 
 

@@ -29,17 +29,20 @@ from minutiae.controller.policy import load_policy
               help="Replay as if maintenance.csv did not exist (shows the alarms it prevents).")
 @click.option("--jobs", type=click.IntRange(min=0), default=0, show_default=True,
               help="Processes that read a simulated dataset (0: one per CPU, at most 4).")
+@click.option("--allow-damaged", is_flag=True,
+              help="Replay a dataset whose fleet.csv, maintenance.csv or jobs.csv is damaged: "
+                   "every node it affects is UNKNOWN (default: exit 3 naming the file and line).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 def command(directory: str, policy_path: str | None, other_path: str | None, step_s: float,
             scheduler: str, window_s: float, ignore_maintenance: bool, jobs: int,
-            as_json: bool) -> None:
+            allow_damaged: bool, as_json: bool) -> None:
     """Replay a recorded or simulated history through a policy: what it would have drained,
     missed and held back, and (with --against) how two policies differ, node by node."""
     policy = load_policy(policy_path)
     other = load_policy(other_path) if other_path else None
     history = load_history(directory, maintenance_window_s=window_s,
                            honour_maintenance=not ignore_maintenance,
-                           jobs=jobs or min(4, os.cpu_count() or 1))
+                           jobs=jobs or min(4, os.cpu_count() or 1), allow_damaged=allow_damaged)
     a = replay(history, policy, step_s=step_s, scheduler=scheduler)
     b = replay(history, other, step_s=step_s, scheduler=scheduler) if other else None
     diffs = diff(a, b, history) if b is not None else None
