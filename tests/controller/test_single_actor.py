@@ -4,6 +4,7 @@ kernel drops the flock), then it takes over with the next epoch. Real processes.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -65,3 +66,11 @@ def test_second_serve_on_the_same_file_is_a_standby_until_the_leader_dies(tmp_pa
         # the new leader decides (one node of one: the shipped budget holds the drain)
         assert [(x["node"], x["action"], x["wanted"]) for x in audit] == [
             ("gpu001", "hold", "drain")]
+    # structured logs: one JSON line per decision (who, what, why, budget) and per problem
+    lines = [json.loads(ln) for ln in b.log.read_text().splitlines() if ln.startswith("{")]
+    [dec] = [x for x in lines if x["event"] == "decision"]
+    assert (dec["who"], dec["node"], dec["action"], dec["wanted"]) == ("lab/ctl", "gpu001",
+                                                                       "hold", "drain")
+    assert dec["budget"]["allowed"] is False and dec["budget"]["check"] and dec["why"]
+    assert dec["rule"] == "needs-remediation" and dec["dry_run"] is True
+    assert any(x["event"] == "problem" and "standby: not acting" in x["what"] for x in lines)

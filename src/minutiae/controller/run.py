@@ -35,6 +35,7 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     clock = SystemClock()
     import os
     import socket
+    import sys
 
     from minutiae.controller.leadership import SqliteFileLock
     from minutiae.schedulers.base import controller_owner
@@ -59,17 +60,23 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     record = os.environ.get("MINUTIAE_RECORD")
     # one actor per SQLite file: a second `serve` on it is a standby (reads and reports only)
     lead = SqliteFileLock(db, f"{owner}@{socket.gethostname()}:{os.getpid()}", clock)
-    controller = Controller(Store(db), be, policy, clock, notifiers=notifiers,
+    from minutiae.controller.decisionlog import JsonLog
+
+    # one JSON line per decision and per problem on stderr (MINUTIAE_LOG_JSON=0: off)
+    log = None if os.environ.get("MINUTIAE_LOG_JSON") == "0" else JsonLog(
+        sys.stderr, owner, clock, dry_run=policy.dry_run)
+    controller = Controller(Store(db), be, policy, clock,
+                            notifiers=[*([log] if log else []), *notifiers],
                             recorder=ReportRecorder(record) if record else None,
                             owner=owner, leadership=lead)
+    if log is not None:
+        controller.on_problem.append(log.problem)
     if not lead.acquire():
         print(f"minutiae serve: STANDBY: {lead.status().detail}", flush=True)
     app = make_app(controller, token, loop_interval=interval)
     mode = "DRY-RUN (nothing reaches the scheduler)" if controller.dry_run else "ACTING"
     print(f"minutiae serve: {mode}; identity {owner}; backend {be.name}; policy "
           f"{policy.source}; store {db}; http://{host}:{port}", flush=True)
-    import sys
-
     # the reconcile thread hands the GIL back to the event loop every 1 ms (default 5 ms), so
     # a step over 20,000 nodes delays reports by a millisecond or so, not by 5 ms slices
     sys.setswitchinterval(0.001)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -75,6 +75,7 @@ class Controller:
         self._leading: bool | None = None
         #: failed resumes/escalations, retried with backoff (``controller/retry.py``)
         self.retries = retry.Retries()
+        self.on_problem: list[Callable[[str], None]] = []
         self.backend = backend
         #: the backend's optional capabilities (bulk states, listing, job tolerances), found once
         self.caps = Capabilities.of(backend)
@@ -115,6 +116,8 @@ class Controller:
         """Say what we could not do (kept for ``minutiae status``)."""
         with self._lock:
             self.counters.problems.append((self.clock.now(), text))
+        for hook in self.on_problem:  # structured logs (controller/decisionlog.py)
+            hook(text)
 
     # ---- ingest --------------------------------------------------------------------------
     def ingest(self, body: Mapping[str, Any], raw: bytes | None = None) -> Report:
