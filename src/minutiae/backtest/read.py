@@ -17,21 +17,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from minutiae.errors import InputError, ParseError
-from minutiae.inputs import iter_lines, read_bounded
+from minutiae.inputs import read_bounded
 from minutiae.node.replay import parse_csv
-from minutiae.scoring.damage import Damage, Harm, check_csv_lines, last_line_time
+from minutiae.scoring.damage import Damage, Harm
+from minutiae.scoring.read_damage import read_node as read_node
+from minutiae.scoring.read_damage import scan_csv
 
 SIMULATED = "simulated"
 RECORDED = "recorded"
-#: the largest history file read whole (a kernel log, a CSV, reports.jsonl)
+#: the largest history file read whole (reports.jsonl, a CSV)
 MAX_FILE = 1 << 31
-#: a CSV or log line is cut at this many bytes (the rest is counted, not kept)
-MAX_LINE = 1 << 16
 
 
 def layout(root: Path) -> str:
@@ -48,36 +48,6 @@ def layout(root: Path) -> str:
 
 def _read_text(path: Path) -> str:
     return read_bounded(path, limit=MAX_FILE, what="history file").decode("utf-8", errors="replace")
-
-
-def ends_with_newline(path: Path) -> bool:
-    """Whether the file's last byte is a newline (an empty file: True)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            if fh.tell() == 0:
-                return True
-            fh.seek(-1, 2)
-            return fh.read(1) == b"\n"
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", str(path)) from None
-
-
-def scan_csv(root: Path, name: str, required: tuple[str, ...], time_column: str | None, start: float,
-             node: str | None = None) -> tuple[list[bytes], list[dict[str, str]], Damage | None]:
-    """``(good lines with the header, their rows, damage)`` of ``root/name``; a missing file is
-    damage too (``Harm.MISSING``, the whole window)."""
-    path = root / name
-    if not path.is_file():
-        return [], [], Damage(name, Harm.MISSING, start, node)
-    try:
-        lines = list(iter_lines(path, max_line=MAX_LINE, what="CSV file"))
-    except InputError as exc:  # binary data in the first block, unreadable
-        return [], [], Damage(name, Harm.UNREADABLE, start, node, 1, str(exc).split(": ", 1)[-1])
-    rows, damage = check_csv_lines(lines, ends_with_newline=ends_with_newline(path), path=name,
-                                   required=required, time_column=time_column, start=start, node=node)
-    header_ok = damage is None or damage.line != 1
-    return (lines[:1 + len(rows)] if header_ok else []), rows, damage
 
 
 def read_meta(root: Path) -> dict[str, Any]:
@@ -112,46 +82,6 @@ def node_dirs(root: Path) -> list[str]:
         return sorted(p.name for p in nodes.iterdir() if p.is_dir())
     except OSError as exc:
         raise InputError(f"cannot list: {exc.strerror or exc}", str(nodes)) from None
-
-
-def read_node(root: Path, node: str, *, start: float, end: float, year: int | None,
-              ib_interval_s: float | None = None) -> tuple[bytes | None, str | None, list[Damage]]:
-    """``(kern.log bytes, ib.csv text, damage)`` of one simulated node: only the good part of
-    each file (a cut last line is left out), None for a file that is absent.
-
-    Damage: a missing folder or file (UNKNOWN from ``start``), a kernel log cut mid-line
-    (UNKNOWN from its last complete line's time), an ib.csv cut or garbled (from its last good
-    row), an ib.csv whose last row is more than two samples before ``end`` when the dataset says
-    its ``ib_interval_s`` (the simulator writes a row at the last sample)."""
-    d = root / "nodes" / node
-    rel = f"nodes/{node}"
-    if not d.is_dir():
-        return None, None, [Damage(rel + "/", Harm.MISSING, start, node, detail="no node folder")]
-    damage: list[Damage] = []
-    kern = None
-    kp = d / "kern.log"
-    if not kp.is_file():
-        damage.append(Damage(rel + "/kern.log", Harm.MISSING, start, node))
-    else:
-        kern = read_bounded(kp, limit=MAX_FILE, what="kernel log")
-        if kern and not kern.endswith(b"\n"):
-            cut = kern.rfind(b"\n") + 1
-            lines = kern[:cut].splitlines()
-            t, n = last_line_time(lines, year)
-            damage.append(Damage(rel + "/kern.log", Harm.TRUNCATED, t if t is not None else start, node,
-                                 n + 1, "cut mid-line"))
-            kern = kern[:cut]
-    good, rows, dmg = scan_csv(root, f"{rel}/ib.csv", ("time", "device", "port", "counter", "value"),
-                               "time", start, node)
-    if dmg is not None:
-        damage.append(dmg)
-    elif ib_interval_s and rows:
-        last = max(float(r["time"]) for r in rows)
-        if last < end - 2 * ib_interval_s:
-            damage.append(Damage(f"{rel}/ib.csv", Harm.ENDS_EARLY, last, node, len(rows) + 1,
-                                 f"last row {(end - last) / 3600:.1f} h before the end"))
-    ib = b"\n".join(good).decode("utf-8", errors="replace") + "\n" if good else None
-    return kern, ib, damage
 
 
 def iter_reports(root: Path) -> Iterator[tuple[str, int, Any]]:
@@ -194,12 +124,13 @@ def scan_fleet(root: Path, meta: dict[str, Any], start: float) -> FleetFiles:
     if dmg is None and unlisted:
         dmg = Damage("fleet.csv", Harm.UNLISTED, start, detail="node folders it does not list")
     if dmg is not None:
-        damage.append(Damage(dmg.path, dmg.harm, start, None, dmg.line, dmg.detail, scope=unlisted))
+        damage.append(Damage(dmg.path, dmg.harm, start, None, dmg.line, dmg.detail, scope=unlisted,
+                             fatal=True))
     out: dict[str, list[dict[str, str]]] = {}
     for name, req, tcol in (("maintenance.csv", ("time", "node"), "time"),
                             ("jobs.csv", ("job_id", "start", "end", "nodes"), "start")):
         _, rows, dmg = scan_csv(root, name, req, tcol, start)
         out[name] = rows
         if dmg is not None:
-            damage.append(dmg)
+            damage.append(replace(dmg, fatal=True))
     return FleetFiles(fleet, out["maintenance.csv"], out["jobs.csv"], sorted(listed | set(dirs)), damage)

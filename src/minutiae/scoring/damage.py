@@ -10,9 +10,10 @@ I/O (``minutiae.inputs``) and hand the lines here:
 * :func:`last_line_time`: the time of a kernel log's last complete line (where a cut log's
   UNKNOWN window starts).
 
-A :class:`Damage` with ``node`` None hits a file the whole replay depends on (fleet.csv,
-maintenance.csv, jobs.csv, boots.csv, telemetry.parquet): ``fatal`` — the command refuses it
-(exit 3) unless ``--allow-damaged`` is given, and then every node it affects is UNKNOWN.
+A ``fatal`` :class:`Damage` hits a file the whole replay depends on (fleet.csv,
+maintenance.csv, jobs.csv; for eval also boots.csv, runs.csv, telemetry.parquet): the command
+refuses it (exit 3) unless ``--allow-damaged`` is given, and then every node it affects
+(``scope``; None: all) is UNKNOWN.
 """
 
 from __future__ import annotations
@@ -49,10 +50,8 @@ class Damage:
     detail: str = ""
     until: float | None = None
     scope: tuple[str, ...] | None = None
-
-    @property
-    def fatal(self) -> bool:
-        return self.node is None
+    #: a file the whole replay depends on: refused unless ``--allow-damaged``
+    fatal: bool = False
 
     def affects(self, node: str | None) -> bool:
         if self.node is not None:
@@ -81,7 +80,7 @@ class Damage:
     def to_json(self) -> dict[str, object]:
         return {"path": self.path, "harm": self.harm.value, "node": self.node,
                 "scope": list(self.scope) if self.scope is not None else None, "line": self.line,
-                "detail": self.detail, "since": self.since, "until": self.until,
+                "detail": self.detail, "since": self.since, "until": self.until, "fatal": self.fatal,
                 "message": self.message()}
 
 
