@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "unpause": "fleet",
     "jobs": "fleet",
     "resolve": "resolve",
+    "policy": "policy",
     "backtest": "backtest",
 }
 

@@ -8,6 +8,7 @@ docs/controller.md. Every rule carries examples that tests run (``Rule.examples`
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -144,6 +145,8 @@ def _num(d: Mapping[str, Any], k: str, default: float, where: str, key: str,
     name = f"{key}.{k}" if key else k
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise _err(where, name, f"must be a number, got {v!r}")
+    if not math.isfinite(v):
+        raise _err(where, name, f"must be a finite number, got {v!r}")
     if v < lo or (hi is not None and v > hi):
         rng = f"between {lo:g} and {hi:g}" if hi is not None else f">= {lo:g}"
         raise _err(where, name, f"must be {rng}, got {v!r}")
@@ -300,12 +303,33 @@ def loads_policy(text: str, where: str = "<policy>") -> Policy:
     return parse_policy(data, where)
 
 
-def load_policy(path: str | Path | None = None) -> Policy:
-    """Load ``path``, or the shipped default policy when ``path`` is None."""
+def merge_over(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: tables merge key by key; anything else (a value, an array,
+    the ``[[rule]]`` and ``[[ladder]]`` arrays of tables) replaces what ``base`` had."""
+    out = dict(base)
+    for k, v in over.items():
+        old = out.get(k)
+        out[k] = merge_over(old, v) if isinstance(old, Mapping) and isinstance(v, Mapping) else v
+    return out
+
+
+def policy_data(path: str | Path | None = None) -> tuple[dict[str, Any], str]:
+    """The policy as TOML data: the shipped default, with ``path`` (an overlay that sets only
+    what it changes) merged over it; and where it came from."""
+    default = resources.files("minutiae.controller").joinpath(DEFAULT_POLICY).read_text("utf-8")
+    base = tomllib.loads(default)
     if path is None:
-        text = resources.files("minutiae.controller").joinpath(DEFAULT_POLICY).read_text("utf-8")
-        return loads_policy(text, f"minutiae/controller/{DEFAULT_POLICY}")
-    p = Path(path)
+        return base, f"minutiae/controller/{DEFAULT_POLICY}"
+    return merge_over(base, _read_toml(Path(path))), str(path)
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """The shipped default policy, with the file at ``path`` (when given) merged over it."""
+    data, where = policy_data(path)
+    return parse_policy(data, where)
+
+
+def _read_toml(p: Path) -> dict[str, Any]:
     try:
         raw = p.read_bytes()
     except OSError as exc:
@@ -314,4 +338,7 @@ def load_policy(path: str | Path | None = None) -> Policy:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: policy is not UTF-8 text") from None
-    return loads_policy(text, str(p))
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
