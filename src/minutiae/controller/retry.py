@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from minutiae.controller.ha.replicas import claim
 from minutiae.controller.state import Decision, Verb
 from minutiae.controller.store import DONE, DRY_RUN, FAILED, AuditRow
 from minutiae.errors import BackendUnavailable, MinutiaeError
@@ -94,8 +95,11 @@ def retry_pending(ctl: Controller) -> list[AuditRow]:
     """Finish every ``pending`` audit row (left by a crash mid-batch): confirm it when the
     scheduler already shows it done, else do it now. Returns the rows handled."""
     done: list[AuditRow] = []
+    epoch = ctl.leadership.fence()
     for row in ctl.store.pending():
         now = ctl.clock.now()
+        if not claim(ctl.store, row.id, epoch, ctl.problem):
+            break  # not the leader (any more), fenced off, or another replica has it
         if row.dry_run:
             ctl.store.finish(row.id, DRY_RUN, "dry-run (recovered on restart)", now)
             done.append(row)
