@@ -82,3 +82,14 @@ def test_cli_reports_unknown_windows(fleet, tmp_path: Path,  # type: ignore[no-u
     text = capsys.readouterr().out
     assert "UNKNOWN: node gn033 sent no telemetry for 8.0 h" in text
     assert "UNKNOWN: node gn063 never reported" in text
+
+
+def test_small_job_without_fleet_peers_is_judged_on_its_own_history(fleet) -> None:  # type: ignore[no-untyped-def]
+    """gn017's SKU made unique: no fleet group but itself, so its 1-node job is compared with
+    the GPUs' own busy clock history (power-capped samples left out of both)."""
+    fl = fleet.fleet.with_columns(pl.when(pl.col("node") == "gn017").then(pl.lit("H100-NVL"))
+                                  .otherwise(pl.col("sku")).alias("sku"))
+    r = analyse_telemetry(fleet.telemetry, fl, fleet.jobs)
+    s = score(observable(fleet), list(r.findings), list(r.unknown))
+    assert not s.missed and s.false_alarms == ()
+    assert any(f.scope == "node" and f.node == "gn017" for f in r.findings)

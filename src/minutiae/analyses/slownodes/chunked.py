@@ -65,6 +65,7 @@ class _Pass1:
     sku_st: list[pl.DataFrame] = field(default_factory=list)
     rack_st: list[pl.DataFrame] = field(default_factory=list)
     fits: list[pl.DataFrame] = field(default_factory=list)
+    bins: list[pl.DataFrame] = field(default_factory=list)
     devs: list[np.ndarray] = field(default_factory=list)
     per_gpu: list[pl.DataFrame] = field(default_factory=list)
     seen: list[pl.DataFrame] = field(default_factory=list)
@@ -103,7 +104,7 @@ def _chunk_of(tel: pl.DataFrame, chunk_rows: int | None) -> tuple[float, np.ndar
 
 
 def _per_gpu_aggs(df: pl.DataFrame, opts: sn.SlowOptions) -> list[pl.Expr]:
-    aggs = [pl.col("d_sm_clock_mhz").min().alias("sm")]
+    aggs = [pl.col("d_sm_clock_mhz").min().alias("sm"), pl.col("alone").any().alias("alone")]
     util_ok = pl.col("util") >= opts.min_util if "util" in df.columns else pl.lit(True)
     for col, name, how in (("d_ib_xmit_mbps", "ib", "min"), ("d_thermal", "th", "max"),
                            ("d_ppu" if "d_ppu" in df.columns else "d_power_w", "pw", "min"),
@@ -131,6 +132,7 @@ def _chunk(st: _Pass1, raw: pl.DataFrame, metrics: list[str], interval: float, k
         fit = D.thermal_fit(df)
         st.fits.append(fit)
         df = D.add_thermal(df, D.resistance([fit]))  # this chunk's fit: candidates only
+    st.bins.append(D.history_bins(df))
     st.peer_st.append(peer)
     st.sku_st.append(sku)
     st.rack_st.append(rack)
@@ -167,6 +169,7 @@ def _candidates(gpus: pl.DataFrame, limit: float, opts: sn.SlowOptions) -> pl.Da
     """GPUs that may have an episode: any sample past a limit (the thermal one at 60 %: the
     chunk's own fit is not yet the fleet's)."""
     tests = {"sm": (pl.col("sm").min(), pl.col("sm") < -limit),
+             "alone": (pl.col("alone").any(), pl.col("alone")),  # judged on its own history
              "ib": (pl.col("ib").min(), pl.col("ib") < -opts.ib_deficit),
              "th": (pl.col("th").max(), pl.col("th") > 0.6 * opts.thermal_c),
              "pw": (pl.col("pw").min(), pl.col("pw") < -opts.power_deficit),
@@ -190,12 +193,14 @@ def _pass2(tel: pl.DataFrame, cands: pl.DataFrame, st: _Pass1, keys: Keys, metri
     peer, sku = pl.concat(st.peer_st), pl.concat(st.sku_st)
     rack = pl.concat(st.rack_st) if st.rack_st else None
     resist = D.resistance(st.fits) if st.fits else None
+    base = D.history(st.bins)
     cand_nodes = sorted(keys.names[i] for i in cands.get_column("nid").unique().to_list())
     for i in range(0, len(cand_nodes), per_batch):
         rows = (tel.filter(pl.col("node").cast(pl.String).is_in(cand_nodes[i:i + per_batch]))
                 .with_columns(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64), keys.nid())
                 .join(cands, on=_KEY, how="semi"))
-        df = D.deficits(D.busy(rows, metrics, interval, keys), peer, sku, rack, opts, metrics, resist)
+        df = D.add_history(D.deficits(D.busy(rows, metrics, interval, keys), peer, sku, rack, opts,
+                                      metrics, resist), base)
         del rows
         for metric, slow in D.slow_exprs(df, limit, opts).items():
             findings += ep.episodes(df, slow, metric, interval, opts,

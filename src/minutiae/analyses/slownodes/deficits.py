@@ -27,7 +27,7 @@ from minutiae.analyses.slownodes.keys import Keys
 
 SW_POWER_CAP = 0x4
 
-__all__ = ["add_thermal", "busy", "deficits", "resistance", "slow_exprs", "stats", "thermal_fit"]
+__all__ = ["add_history", "add_thermal", "history", "history_bins", "busy", "deficits", "resistance", "slow_exprs", "stats", "thermal_fit"]
 
 
 def _code(col: str, scale: float, df: pl.DataFrame) -> pl.Expr:
@@ -62,7 +62,7 @@ def busy(raw: pl.DataFrame, metrics: list[str], interval: float, keys: Keys) -> 
         pl.Series("skub", sku, dtype=pl.Int64),
         (pl.Series(sku, dtype=pl.Int64) * (1 << 20) + pl.Series(keys.rack_of[nid], dtype=pl.Int64))
         .alias("rack"),
-        pl.Series("small", small, dtype=pl.Boolean))
+        pl.Series("small", small, dtype=pl.Boolean), plim.alias("plim"))
 
 
 def stats(df: pl.DataFrame, metrics: list[str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -104,7 +104,8 @@ def deficits(df: pl.DataFrame, peer: pl.DataFrame, sku: pl.DataFrame, rack: pl.D
     use_p = (pl.col("n_p") >= mp) & ~fleet_u & ~wide
     use_u = fleet_u | (~wide & (pl.col("n_u") >= mp))
     out = [pl.when(use_p).then(pl.col("n_p")).when(use_u).then(pl.col("n_u"))
-           .otherwise(pl.col("n_s")).alias("peers"), wide.alias("wide")]
+           .otherwise(pl.col("n_s")).alias("peers"), wide.alias("wide"),
+           (pl.col("small") & ~fleet_u & ~wide).alias("alone")]
     for m in metrics:
         med = (pl.when(use_p).then(pl.col(f"med_{m}_p")).when(use_u).then(pl.col(f"med_{m}_u"))
                .when(pl.col("n_s") >= mp).then(pl.col(f"med_{m}_s")))
@@ -123,6 +124,41 @@ def deficits(df: pl.DataFrame, peer: pl.DataFrame, sku: pl.DataFrame, rack: pl.D
         if resist is not None:
             df = add_thermal(df, resist)
     return df
+
+
+def history_bins(df: pl.DataFrame) -> pl.DataFrame:
+    """Per GPU and power limit, counts of its busy SM clock in 5 MHz bins (exact to merge
+    across chunks): the GPU's own history, its baseline when a small job has no fleet peers."""
+    free = (pl.col("clock_event_reasons") & SW_POWER_CAP) == 0  # a capped clock is no baseline
+    return (df.filter(free).select("nid", "gpu", "plim", (pl.col("sm_clock_mhz") / 5.0).round()
+                                   .cast(pl.Int64).alias("bin"))
+            .group_by("nid", "gpu", "plim", "bin").len())
+
+
+def history(bins: list[pl.DataFrame]) -> pl.DataFrame:
+    """The median busy SM clock of each (GPU, power limit) from the merged bins (``base``)."""
+    if not bins:
+        return pl.DataFrame(schema={"nid": pl.UInt32, "gpu": pl.Int64, "plim": pl.Int64,
+                                    "base": pl.Float64})
+    tot = pl.concat(bins).group_by("nid", "gpu", "plim", "bin").agg(pl.col("len").sum())
+    return (tot.sort("nid", "gpu", "plim", "bin")
+            .with_columns(pl.col("len").cum_sum().over("nid", "gpu", "plim").alias("c"),
+                          pl.col("len").sum().over("nid", "gpu", "plim").alias("n"))
+            .filter(pl.col("c") * 2 >= pl.col("n")).group_by("nid", "gpu", "plim")
+            .agg((pl.col("bin").first() * 5.0).alias("base")))
+
+
+def add_history(df: pl.DataFrame, base: pl.DataFrame) -> pl.DataFrame:
+    """``d_clock``: the SM-clock deviation, against the GPU's own history when it is ``alone``
+    (a small job without fleet peers: its job peers are itself) and not power-capped (a
+    capped clock is the cap's doing)."""
+    df = df.join(base, on=["nid", "gpu", "plim"], how="left")
+    hist = pl.col("sm_clock_mhz") / pl.col("base") - 1.0
+    return df.with_columns(
+        pl.when(pl.col("alone") & hist.is_not_null()
+                & ((pl.col("clock_event_reasons") & SW_POWER_CAP) == 0))
+        .then(pl.min_horizontal(pl.col("d_sm_clock_mhz"), hist))
+        .otherwise(pl.col("d_sm_clock_mhz")).alias("d_clock")).drop("base")
 
 
 def add_thermal(df: pl.DataFrame, resist: pl.DataFrame) -> pl.DataFrame:
@@ -147,7 +183,8 @@ def slow_exprs(df: pl.DataFrame, limit: float, opts: SlowOptions) -> dict[str, p
     util_ok = pl.col("util") >= opts.min_util if "util" in df.columns else pl.lit(True)
     # against the wide fleet group (other loads), a power-capped clock is the cap's doing
     capped = pl.col("wide") & ((pl.col("clock_event_reasons") & SW_POWER_CAP) > 0)
-    out = {"sm_clock": (pl.col("d_sm_clock_mhz") < -limit) & ~capped}
+    clock = "d_clock" if "d_clock" in df.columns else "d_sm_clock_mhz"
+    out = {"sm_clock": (pl.col(clock) < -limit) & ~capped}
     if "d_ib_xmit_mbps" in df.columns:
         out["ib_xmit"] = pl.col("d_ib_xmit_mbps") < -opts.ib_deficit
     pcol = "d_ppu" if "d_ppu" in df.columns else "d_power_w"

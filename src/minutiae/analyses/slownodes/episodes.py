@@ -36,6 +36,8 @@ def episodes(df: pl.DataFrame, slow: pl.Expr, metric: str, interval: float,
     dcol = DEVIATION.get(metric, "d_sm_clock_mhz")
     if metric == "power" and "d_ppu" in df.columns:
         dcol = "d_ppu"
+    if metric == "sm_clock" and "d_clock" in df.columns:
+        dcol = "d_clock"
     flagged = (df.select("node", "gpu", "time", slow.fill_null(False).alias("slow"), "peers",
                          *dict.fromkeys(["d_sm_clock_mhz", dcol, *[
                              c for c in ("d_temp_c", "d_power_w", "d_ib_xmit_mbps",
