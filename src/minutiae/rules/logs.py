@@ -31,6 +31,8 @@ DATA_DIR = "catalog"
 
 #: named regex groups with a meaning of their own; every other group goes to ``attrs``
 SPECIAL_GROUPS = frozenset({"pci", "code"})
+#: lines after a provisional event within which an event of its kind replaces it
+PROVISIONAL_LINES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +44,10 @@ class LogRule:
     directly preceding lines, from one matching ``join_start``, into one event (multi-line
     messages such as the old three-line "fallen off the bus"). ``component`` is what the line is
     about (``gpu``, ``nvswitch``, ``pcie``, ``nic``): a finding with a PCI address gets the
-    component ``<component>:<pci>``; None for node-wide events (MCE, OOM)."""
+    component ``<component>:<pci>``; None for node-wide events (MCE, OOM). A ``provisional``
+    event (the AER header line) is dropped when an event of the same kind follows within
+    :data:`PROVISIONAL_LINES` lines (the "PCIe Bus Error" line naming the device): one fault,
+    one event, and a header the kernel printed alone (rate-limited details) still counts."""
 
     id: str
     kind: str
@@ -59,6 +64,7 @@ class LogRule:
     counter_examples: tuple[str, ...] = ()
     description: str = ""
     component: str | None = None
+    provisional: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +153,7 @@ def _strings(catalog: str, rid: str, value: Any, what: str) -> tuple[str, ...]:
 _LOG_RULE_KEYS = frozenset({
     "id", "kind", "keywords", "pattern", "severity", "action", "message", "catalog", "attrs",
     "join_back", "join_start", "examples", "counter_examples", "description", "component",
+    "provisional",
 })
 _COMPONENT = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -189,6 +196,9 @@ def _log_rule(where: str, rid: str, kind: str, item: Mapping[str, Any]) -> LogRu
     component = item.get("component")
     if component is not None and (not isinstance(component, str) or not _COMPONENT.fullmatch(component)):
         raise _fail(where, rid, f"component must be a lower-case identifier such as 'gpu' (got {component!r})")
+    provisional = item.get("provisional", False)
+    if not isinstance(provisional, bool):
+        raise _fail(where, rid, "provisional must be true or false")
     rule = LogRule(
         id=rid,
         kind=kind,
@@ -205,6 +215,7 @@ def _log_rule(where: str, rid: str, kind: str, item: Mapping[str, Any]) -> LogRu
         counter_examples=_strings(where, rid, item.get("counter_examples", []), "counter_examples"),
         description=str(item.get("description", "")),
         component=component,
+        provisional=provisional,
     )
     _check_examples(where, rule)
     return rule

@@ -299,7 +299,7 @@ def run_example(rule: EngineRule, example: Example, start: float = 1_700_000_000
                                 severity=rule.severity, action=rule.action, message="example",
                                 code=rule.match_codes[0] if rule.match_codes else None,
                                 component=comp,
-                                rule=rule.match_rule if "*" not in rule.match_rule else None)])
+                                rule=rule.match_rule.replace("*", "") or None)])
         eng.evaluate()
     keys = eng.state.rules.get(rule.id, {})
     ks = next(iter(keys.values()), None)  # one component per example

@@ -24,7 +24,7 @@ from typing import Any
 
 from minutiae.model.findings import LogEvent, Scalar
 from minutiae.node.sources.kernel_log.parse_prefix import Prefix, broadcast_body, split_prefix
-from minutiae.rules.logs import SPECIAL_GROUPS, LogRule, kernel_log_rules
+from minutiae.rules.logs import PROVISIONAL_LINES, SPECIAL_GROUPS, LogRule, kernel_log_rules
 
 try:  # google-re2: a linear-time DFA, ~10x faster than ``re`` for the keyword prefilter
     import re2 as _re2
@@ -89,6 +89,7 @@ class _State:
     tail: list[bytes] = field(default_factory=list)  # last lines of the previous block
     last_month: int = 0  # of the last yearless timestamp (syslog), to detect New Year
     years_added: int = 0
+    held: LogEvent | None = None  # a provisional event (AER header) a following line may replace
 
 
 class KernelLogParser:
@@ -99,6 +100,7 @@ class KernelLogParser:
         self.year = year
         self._prefilter = _compile_prefilter(prefilter_patterns(self.rules))
         self._max_back = max((r.join_back for r in self.rules), default=0)
+        self._provisional = frozenset(r.id for r in self.rules if r.provisional)
 
     # -- entry points -------------------------------------------------------------------------
     def parse_chunks(self, chunks: Iterable[bytes]) -> Iterator[LogEvent]:
@@ -117,6 +119,8 @@ class KernelLogParser:
             yield from self._scan_block(data[:cut + 1], st)
         if rest:
             yield from self._scan_block(rest, st)
+        if st.held is not None:
+            yield st.held
 
     def parse_lines(self, lines: Iterable[str]) -> Iterator[LogEvent]:
         """Lines (with or without their trailing newline; no newline inside) → events, in
@@ -130,6 +134,8 @@ class KernelLogParser:
                 block.clear()
         if block:
             yield from self._scan_block(_encode("\n".join(block) + "\n"), st)
+        if st.held is not None:
+            yield st.held
 
     # -- the scan -----------------------------------------------------------------------------
     def _scan_block(self, buf: bytes, st: _State) -> Iterator[LogEvent]:
@@ -157,7 +163,7 @@ class KernelLogParser:
                 nxt = e
             ev, used = self._event(buf, start, end, conts, line_no + 1, st)
             if ev is not None:
-                yield ev
+                yield from self._emit(ev, st)
             if used:
                 line_no += buf.count(b"\n", counted, nxt)
                 counted = nxt
@@ -168,6 +174,9 @@ class KernelLogParser:
         if n and buf[-1] != 0x0A:
             line_no += 1
         st.line_no = line_no
+        if st.held is not None and line_no + 1 - st.held.line_no > PROVISIONAL_LINES:
+            yield st.held
+            st.held = None
         if self._max_back:
             end = n - 1 if n and buf[-1] == 0x0A else n
             lines: list[bytes] = []
@@ -177,6 +186,19 @@ class KernelLogParser:
                 end = s - 1
             lines.reverse()
             st.tail = (st.tail + lines)[-self._max_back:]
+
+    def _emit(self, ev: LogEvent, st: _State) -> Iterator[LogEvent]:
+        """``ev`` in order; a held provisional event first, unless ``ev`` (same kind, within
+        ``PROVISIONAL_LINES`` lines, not provisional itself) replaces it."""
+        held, st.held = st.held, None
+        provisional = ev.attrs.get("rule") in self._provisional
+        if held is not None and (provisional or ev.kind != held.kind
+                                 or ev.line_no - held.line_no > PROVISIONAL_LINES):
+            yield held
+        if provisional:
+            st.held = ev
+        else:
+            yield ev
 
     def _before(self, buf: bytes, start: int, k: int, st: _State) -> list[bytes]:
         """Up to ``k`` physical lines before offset ``start`` (oldest first)."""
