@@ -303,13 +303,19 @@ def loads_policy(text: str, where: str = "<policy>") -> Policy:
     return parse_policy(data, where)
 
 
+#: tables whose keys are the site's data (a domain name → its cap): an overlay's replaces ours
+_WHOLE = frozenset({"domain_caps"})
+
+
 def merge_over(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``over`` on top of ``base``: tables merge key by key; anything else (a value, an array,
-    the ``[[rule]]`` and ``[[ladder]]`` arrays of tables) replaces what ``base`` had."""
+    """``over`` on top of ``base``: tables merge key by key (``domain_caps`` is replaced whole:
+    its keys are the site's domains); anything else (a value, an array, the ``[[rule]]`` and
+    ``[[ladder]]`` arrays of tables) replaces what ``base`` had."""
     out = dict(base)
     for k, v in over.items():
         old = out.get(k)
-        out[k] = merge_over(old, v) if isinstance(old, Mapping) and isinstance(v, Mapping) else v
+        deep = isinstance(old, Mapping) and isinstance(v, Mapping) and k not in _WHOLE
+        out[k] = merge_over(old, v) if deep else v
     return out
 
 
