@@ -36,9 +36,10 @@ def status(controller: str, as_json: bool) -> None:
 @_json
 def nodes(controller: str, as_json: bool) -> None:
     """Every reporting node: health, scheduler state, reason, remediation step."""
+    from minutiae.cli.tokens import read_only_token
     from minutiae.controller.http.client import Client, format_nodes
 
-    data = Client(controller).get("/v1/nodes")
+    data = Client(controller, read_only_token() or None).get("/v1/nodes")
     _out(data, as_json, format_nodes(data))
 
 
@@ -48,10 +49,12 @@ def nodes(controller: str, as_json: bool) -> None:
 @_json
 def explain(node: str, controller: str, as_json: bool) -> None:
     """Why NODE is drained: evidence, rule, budget decision and the command that undoes it."""
+    from minutiae.cli.tokens import read_only_token
     from minutiae.controller.http.client import Client, format_explain
     from minutiae.schedulers.base import validate_node
 
-    data = Client(controller).get(f"/v1/nodes/{validate_node(node)}/explain")
+    data = Client(controller, read_only_token() or None).get(
+        f"/v1/nodes/{validate_node(node)}/explain")
     _out(data, as_json, format_explain(data))
 
 

@@ -30,12 +30,24 @@ from minutiae.schedulers import serve_backends
 @click.option("--controller-id", envvar="MINUTIAE_CONTROLLER_ID", default="controller",
               show_default=True, help="this controller's id within the cluster (replicas of "
               "one controller share it)")
+@click.option("--read-token-file", default=None, help="file holding the read-only token for "
+              "nodes/explain/audit (else $MINUTIAE_READ_TOKEN; unset: those reads are open)")
 def command(listen: str, db: str, policy_path: str | None, backend: str,
             slurm_conf: str | None, kubeconfig: str | None, act: bool | None, interval: float,
-            token_file: str | None, cluster: str, controller_id: str) -> None:
+            token_file: str | None, cluster: str, controller_id: str,
+            read_token_file: str | None) -> None:
     """Run the controller: receive agent reports, reconcile, act through a scheduler backend."""
     from minutiae.controller.run import serve
 
     serve(listen=listen, db=db, policy_path=policy_path, backend=backend,
           slurm_conf=slurm_conf, kubeconfig=kubeconfig, act=act, interval=interval,
-          token=read_token(token_file), cluster=cluster, controller_id=controller_id)
+          token=read_token(token_file), cluster=cluster, controller_id=controller_id,
+          read_token=_read_only(read_token_file))
+
+
+def _read_only(token_file: str | None) -> str | None:
+    import os
+
+    if token_file:
+        return read_token(token_file)
+    return os.environ.get("MINUTIAE_READ_TOKEN", "").strip() or None

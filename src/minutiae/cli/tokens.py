@@ -8,6 +8,14 @@ from pathlib import Path
 from minutiae.errors import ConfigError
 
 
+def read_only_token(token_file: str | None = None) -> str:
+    """A token for the read views (``nodes``, ``explain``, ``audit``): ``--read-token-file``,
+    else ``$MINUTIAE_READ_TOKEN``, else the admin token (``$MINUTIAE_TOKEN``), else none."""
+    if token_file:
+        return read_token(token_file)
+    return os.environ.get("MINUTIAE_READ_TOKEN", "").strip() or read_token(None, required=False)
+
+
 def read_token(token_file: str | None, required: bool = True) -> str:
     if token_file:
         try:

@@ -21,7 +21,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
           slurm_conf: str | None, kubeconfig: str | None, act: bool | None, interval: float,
-          token: str, cluster: str = "default", controller_id: str = "controller") -> None:
+          token: str, cluster: str = "default", controller_id: str = "controller",
+          read_token: str | None = None) -> None:
     import uvicorn
 
     from minutiae.controller.http.api import make_app
@@ -73,7 +74,12 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
         controller.on_problem.append(log.problem)
     if not lead.acquire():
         print(f"minutiae serve: STANDBY: {lead.status().detail}", flush=True)
-    app = make_app(controller, token, loop_interval=interval)
+    if read_token is not None and (len(read_token) < 16 or read_token == token):
+        raise ConfigError("read token: use at least 16 characters, not the admin token")
+    app = make_app(controller, token, loop_interval=interval, read_token=read_token)
+    if read_token is None:
+        print("minutiae serve: WARNING: nodes/explain/audit (evidence) are readable without a "
+              "token; set --read-token-file or MINUTIAE_READ_TOKEN", flush=True)
     mode = "DRY-RUN (nothing reaches the scheduler)" if controller.dry_run else "ACTING"
     print(f"minutiae serve: {mode}; identity {owner}; backend {be.name}; policy "
           f"{policy.source}; store {db}; http://{host}:{port}", flush=True)

@@ -1,7 +1,8 @@
 """The controller's HTTP API (FastAPI; OpenAPI at ``/docs`` and ``/openapi.json``).
 
-Agent reports, job step timings, ``pause`` and ``unpause`` need ``Authorization: Bearer
-<token>`` (compared in constant time); reads (status, nodes, explain, audit, metrics) do not.
+Agent reports, job step timings, ``pause``, ``unpause`` and ``resolve`` need ``Authorization:
+Bearer <token>`` (compared in constant time). With a ``read_token`` the views that show evidence
+(nodes, explain, audit) need it or the admin token; status, metrics and healthz never do.
 The routes are grouped by topic, one module each: ``reports`` (the hot path's handlers too),
 ``jobs``, ``actions``, ``reads``, ``metrics``; ``loop`` runs the reconcile loop. ``make_app``
 puts them together in this order (the order of ``/openapi.json``).
@@ -47,13 +48,17 @@ class ControllerApp(FastAPI):
             await self.fast(scope, receive, send)
 
 
-def bearer_auth(token: str, m: Metrics) -> Callable[[Request], Awaitable[None]]:
-    """The FastAPI dependency of the routes that need the token (constant-time compare)."""
-    expected = f"Bearer {token}".encode()
+def bearer_auth(token: str, m: Metrics, *also: str) -> Callable[[Request], Awaitable[None]]:
+    """The FastAPI dependency of the routes that need the token (constant-time compare);
+    ``also``: other tokens accepted (the read-only token on the read views)."""
+    expected = [f"Bearer {t}".encode() for t in (token, *also)]
 
     async def auth(request: Request) -> None:
         got = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(got, expected):
+        ok = False
+        for e in expected:  # every token compared, in constant time each
+            ok = hmac.compare_digest(got, e) or ok
+        if not ok:
             m.refuse("token")
             raise HTTPException(401, "missing or invalid bearer token",
                                 headers={"WWW-Authenticate": "Bearer"})
@@ -61,8 +66,8 @@ def bearer_auth(token: str, m: Metrics) -> Callable[[Request], Awaitable[None]]:
     return auth
 
 
-def make_app(controller: Controller, token: str,
-             loop_interval: float | None = None) -> ControllerApp:
+def make_app(controller: Controller, token: str, loop_interval: float | None = None,
+             read_token: str | None = None) -> ControllerApp:
     """The app. With ``loop_interval`` the reconcile loop runs in a thread for the app's life."""
     m = Metrics()
     app = ControllerApp(title="minutiae controller", version=__version__,
@@ -81,7 +86,9 @@ def make_app(controller: Controller, token: str,
                         refused=m.refuse)
     auth = [Depends(bearer_auth(token, m))]
     for r in (reports.router(hot, auth), jobs.router(controller, auth),
-              actions.router(controller, auth), reads.router(controller),
+              actions.router(controller, auth),
+              reads.router(controller, [Depends(bearer_auth(token, m, read_token))]
+                           if read_token else ()),
               metrics.router(controller, m)):
         app.include_router(r)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
