@@ -182,3 +182,11 @@ def test_the_checks_can_fail() -> None:
     assert _is_parser("minutiae.node.sources.ib.parse_sysfs")
     assert _is_reader("minutiae.analyses.topology.read_sysfs")
     assert not _is_parser("minutiae.analyses.stragglers.prep")
+
+
+def test_test_files_have_unique_basenames() -> None:
+    """Test folders have no __init__.py, so two test files of one name are a collection error."""
+    seen: dict[str, list[str]] = defaultdict(list)
+    for p in (ROOT / "tests").rglob("test_*.py"):
+        seen[p.name].append(str(p.relative_to(ROOT)))
+    assert {n: ps for n, ps in seen.items() if len(ps) > 1} == {}
