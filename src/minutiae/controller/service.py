@@ -17,6 +17,7 @@ from typing import Any
 
 from minutiae.clock import Clock
 from minutiae.controller import queries, retry
+from minutiae.controller.ha.replicas import fenced_batch, pull_reports
 from minutiae.controller.intake import Batch, Intake
 from minutiae.controller.leadership import Leadership, SoleActor
 from minutiae.controller.notify.base import Notifier
@@ -34,7 +35,7 @@ from minutiae.controller.state import (
     Report,
     Verb,
 )
-from minutiae.controller.store import DONE, DRY_RUN, FAILED, AuditRow, Store
+from minutiae.controller.store import DONE, DRY_RUN, FAILED, AuditRow, ControllerStore
 from minutiae.errors import MinutiaeError
 from minutiae.schedulers.base import (
     DEFAULT_OWNER,
@@ -63,7 +64,7 @@ class Counters:
 
 
 class Controller:
-    def __init__(self, store: Store, backend: SchedulerBackend, policy: Policy, clock: Clock,
+    def __init__(self, store: ControllerStore, backend: SchedulerBackend, policy: Policy, clock: Clock,
                  *, dry_run: bool | None = None, notifiers: Sequence[Notifier] = (),
                  sched_ttl_s: float = 30.0, recorder: ReportRecorder | None = None,
                  owner: str | None = None, leadership: Leadership | None = None) -> None:
@@ -76,6 +77,7 @@ class Controller:
         #: failed resumes/escalations, retried with backoff (``controller/retry.py``)
         self.retries = retry.Retries()
         self.on_problem: list[Callable[[str], None]] = []
+        self._cursor = 0  # of reports other replicas stored (store.reports_since)
         self.backend = backend
         #: the backend's optional capabilities (bulk states, listing, job tolerances), found once
         self.caps = Capabilities.of(backend)
@@ -190,6 +192,8 @@ class Controller:
         if leading:
             self.retry_pending()
             retry.retry_due(self, now)
+        self._cursor = pull_reports(self.store, self.intake, self._lock, self._cursor,
+                                    self.problem)  # what the other replicas took
         batch = self.intake.take()
         self._save(batch)
         reports = batch.reports
@@ -221,7 +225,10 @@ class Controller:
                 views[n] = NodeView(n, reports.get(n), st, batch.domains.get(n, {}))
             plan = reconcile(FleetState(dict(views), mem, self.scheduler, job_tolerance={
                 **self._sched_tolerance, **self._tolerance}, owner=self.owner), self.policy, now)
-            ids = self.store.begin_batch(plan.memory, mem, plan.decisions, self.dry_run)
+            ids = fenced_batch(self.store, self.leadership, plan, mem, self.dry_run, self.problem)
+            if ids is None:  # deposed: the audit insert failed on the epoch, nothing is done
+                self.last_step = now
+                return Plan((), mem, (), self.dry_run)
             self.memory = plan.memory
         acting = [d for d in plan.decisions if d.action is not Verb.HOLD]
         for d, audit_id in zip(acting, ids, strict=True):
@@ -262,6 +269,11 @@ class Controller:
         except MinutiaeError as exc:
             leading = False
             self.problem(f"leadership unknown, not acting: {exc}")
+        if leading and not self._leading and self._leading is not None:
+            # taking over from another replica: its memory, pause and breaker are the store's
+            with self._mem_lock:
+                self.memory = self.store.load_memory()
+                self._tolerance = self.store.tolerances()
         if leading != self._leading and not leading:
             self.problem(f"standby: not acting ({self.leadership.status().detail or 'no lead'})")
         self._leading = leading
@@ -285,6 +297,10 @@ class Controller:
                 self._overlay.pop(d.node, None)
             self.store.finish(audit_id, DRY_RUN, "dry-run: the scheduler was not touched",
                               self.clock.now())
+            return
+        if self.leadership.fence() is None:  # deposed since the batch: the next leader does it
+            self.problem(f"{d.action.value} {d.node} (audit {audit_id}) left pending: not the "
+                         "leader any more")
             return
         try:
             self._apply(d.action.value, d.node, d.reason, d.step.label if d.step else None)
