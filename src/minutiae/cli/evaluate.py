@@ -20,9 +20,13 @@ from minutiae.sim.eval.report_text import console, scorecard
 @click.option("--jobs", type=click.IntRange(1, 64), default=None,
               help="run the detectors in N worker processes (default: 2 from 100 node-days on, "
                    "else 1: in this process)")
-def command(directory: Path, as_json: bool, detectors: tuple[str, ...], jobs: int | None) -> None:
+@click.option("--allow-damaged", is_flag=True,
+              help="score a dataset whose fleet.csv, jobs.csv, maintenance.csv, boots.csv, runs.csv "
+                   "or telemetry.parquet is damaged: the nodes it affects are UNKNOWN (default: exit 3)")
+def command(directory: Path, as_json: bool, detectors: tuple[str, ...], jobs: int | None,
+            allow_damaged: bool) -> None:
     """Score minutiae's detectors against DIRECTORY's truth.jsonl (a `minutiae sim` dataset)."""
-    ev = evaluate(directory, detectors or None, jobs=jobs)
+    ev = evaluate(directory, detectors or None, jobs=jobs, allow_damaged=allow_damaged)
     if as_json:
         click.echo(json.dumps(ev.to_json(), sort_keys=True))
         return

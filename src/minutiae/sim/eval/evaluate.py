@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class Evaluation:
             "overall": self.overall.to_json(),
             "per_detector": {c.detector: c.to_json() for c in self.cards},
             "drains": self.drains(),
+            "damage": [d.to_json() for d in ds.damage],
         }
 
 
@@ -74,13 +75,29 @@ def default_jobs(ds: Dataset) -> int:
     return min(2, os.cpu_count() or 1) if ds.node_days >= PARALLEL_NODE_DAYS else 1
 
 
+def without_damage(r: DetectorResult, ds: Dataset) -> DetectorResult:
+    """``r`` without its detections inside UNKNOWN (damaged) node-windows: a node whose data is
+    missing or cut is not reporting there, so nothing it seems to say is counted (a note says
+    how many were left out)."""
+    if not ds.damage or not r.detections:
+        return r
+    kept = tuple(d for d in r.detections if ds.unknown(d.node, d.time) is None)
+    if len(kept) == len(r.detections):
+        return r
+    note = (f"{len(r.detections) - len(kept)} detection(s) inside UNKNOWN node-windows (damaged "
+            "input) not counted")
+    return replace(r, detections=kept, notes=(*r.notes, note))
+
+
 def evaluate(root: Path | str, detectors: Iterable[str] | None = None,
-             progress: Callable[[str], None] | None = None, jobs: int | None = None) -> Evaluation:
-    """``jobs``: worker processes for the detectors (None: ``default_jobs``; 1: this process)."""
-    ds = load_dataset(root)
+             progress: Callable[[str], None] | None = None, jobs: int | None = None,
+             allow_damaged: bool = False) -> Evaluation:
+    """``jobs``: worker processes for the detectors (None: ``default_jobs``; 1: this process).
+    ``allow_damaged``: score a dataset whose fleet-wide files are damaged (their nodes UNKNOWN)."""
+    ds = load_dataset(root, allow_damaged=allow_damaged)
     jobs = default_jobs(ds) if jobs is None else jobs
     params = ScoreParams.from_cost(ds.meta.get("cost", {}), ds.gpus)
-    results = tuple(run_detectors(ds, detectors, progress, jobs))
+    results = tuple(without_damage(r, ds) for r in run_detectors(ds, detectors, progress, jobs))
     cards = tuple(score(ds.truth, r.detections, ds.node_days, params, r.name, ds.explains)
                   for r in results if r.available)
     union: list[Detection] = [d for r in results for d in r.detections]

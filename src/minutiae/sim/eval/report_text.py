@@ -9,6 +9,9 @@ from rich.table import Table
 
 from minutiae.sim.eval.evaluate import Evaluation
 
+#: damage rows in the text scorecard (all of them are in the JSON)
+DAMAGE_ROWS = 20
+
 
 def console() -> Console:
     """A console that does not squeeze the tables when the output is a file or a pipe."""
@@ -64,4 +67,13 @@ def scorecard(ev: Evaluation) -> Group:
     for r in ev.detectors:
         d.add_row(r.name, r.reason if r.available else f"not available: {r.reason}", str(r.inputs),
                   str(len(r.detections)), f"{r.seconds:.1f}", r.what)
-    return Group(t, s, d)
+    if not ds.damage:
+        return Group(t, s, d)
+    x = Table(title=f"damaged input: {len(ds.damage)} file(s); these node-windows are UNKNOWN "
+                    "(nothing counted there)", title_justify="left")
+    x.add_column("damage")
+    for dmg in ds.damage[:DAMAGE_ROWS]:
+        x.add_row(dmg.message())
+    if len(ds.damage) > DAMAGE_ROWS:
+        x.add_row(f"… {len(ds.damage) - DAMAGE_ROWS} more (--json lists them all)")
+    return Group(t, s, d, x)
