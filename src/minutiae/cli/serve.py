@@ -2,16 +2,62 @@
 
 from __future__ import annotations
 
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
 import click
 
 from minutiae.cli.tokens import read_token
+from minutiae.errors import ConfigError
 from minutiae.schedulers import serve_backends
+
+#: the config file read when --config is not given (and it exists)
+DEFAULT_CONFIG = "/etc/minutiae/minutiae.toml"
+#: [controller] keys → this command's parameters
+_KEYS = {"listen": "listen", "db": "db", "policy": "policy_path", "backend": "backend",
+         "slurm_conf": "slurm_conf", "kubeconfig": "kubeconfig", "act": "act",
+         "interval": "interval", "token_file": "token_file", "cluster": "cluster",
+         "controller_id": "controller_id", "read_token_file": "read_token_file"}
+
+
+def config_defaults(path: str | None) -> dict[str, Any]:
+    """The ``[controller]`` table of the config file as this command's defaults (flags and
+    environment variables override them). ``path`` None: ``$MINUTIAE_CONFIG`` or
+    ``/etc/minutiae/minutiae.toml`` when it exists."""
+    where = path or os.environ.get("MINUTIAE_CONFIG") or DEFAULT_CONFIG
+    p = Path(where)
+    if path is None and not p.exists():
+        return {}
+    try:
+        data = tomllib.loads(p.read_text("utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+    table = data.get("controller", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{p}: [controller] must be a table")
+    bad = sorted(set(table) - set(_KEYS))
+    if bad:
+        raise ConfigError(f"{p}: [controller]: unknown key(s) {', '.join(bad)} "
+                          f"(known: {', '.join(_KEYS)})")
+    return {_KEYS[k]: v for k, v in table.items()}
+
+
+def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    ctx.default_map = {**(ctx.default_map or {}), **config_defaults(value)}
+    return value
 
 
 @click.command("serve")
+@click.option("--config", default=None, is_eager=True, expose_value=False,
+              callback=_load_config, help="config file ([controller] table; default "
+              "$MINUTIAE_CONFIG or /etc/minutiae/minutiae.toml when present); flags override it")
 @click.option("--listen", default="127.0.0.1:8470", show_default=True, help="HOST:PORT")
-@click.option("--db", default="minutiae-controller.db", show_default=True,
-              help="SQLite store (WAL): reports, memory, audit log")
+@click.option("--db", "--store", "db", default="minutiae-controller.db", show_default=True,
+              help="the store: a SQLite file (WAL), or postgresql://… shared by replicas")
 @click.option("--policy", "policy_path", default=None, help="policy TOML (default: shipped)")
 @click.option("--backend", type=click.Choice(serve_backends()),
               default="dry-run", show_default=True)

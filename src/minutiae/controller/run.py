@@ -7,7 +7,6 @@ from dataclasses import replace
 from minutiae.clock import SystemClock
 from minutiae.controller.policy import load_policy
 from minutiae.controller.service import Controller
-from minutiae.controller.store import Store
 from minutiae.errors import ConfigError
 from minutiae.schedulers import make_backend
 
@@ -38,7 +37,7 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     import socket
     import sys
 
-    from minutiae.controller.leadership import SqliteFileLock
+    from minutiae.controller.ha.wiring import open_replica, state_dir
     from minutiae.schedulers.base import controller_owner
 
     owner = controller_owner(cluster, controller_id)  # written into every drain we make
@@ -48,25 +47,25 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
                       evict=os.environ.get("MINUTIAE_K8S_EVICT") == "1", owner=owner)
     if backend == "dry-run":
         policy = replace(policy, dry_run=True)
-    from pathlib import Path
 
     from minutiae.controller.notify import notifiers_from_env
 
     # MINUTIAE_SLACK_WEBHOOK / MINUTIAE_WEBHOOK_URL (+ _SECRET): decisions to Slack / a webhook
     notifiers = notifiers_from_env(os.environ, clock, scheduler=be.name, dry_run=policy.dry_run,
-                                   outbox_dir=Path(db).resolve().parent)
+                                   outbox_dir=state_dir(db))
     from minutiae.controller.record import ReportRecorder
 
     # MINUTIAE_RECORD=DIR: keep DIR/reports.jsonl for `minutiae backtest DIR`
     record = os.environ.get("MINUTIAE_RECORD")
     # one actor per SQLite file: a second `serve` on it is a standby (reads and reports only)
-    lead = SqliteFileLock(db, f"{owner}@{socket.gethostname()}:{os.getpid()}", clock)
+    # PostgreSQL (--store postgresql://…): replicas share it, one leads (controller/ha/)
+    store, lead = open_replica(db, f"{owner}@{socket.gethostname()}:{os.getpid()}", clock)
     from minutiae.controller.decisionlog import JsonLog
 
     # one JSON line per decision and per problem on stderr (MINUTIAE_LOG_JSON=0: off)
     log = None if os.environ.get("MINUTIAE_LOG_JSON") == "0" else JsonLog(
         sys.stderr, owner, clock, dry_run=policy.dry_run)
-    controller = Controller(Store(db), be, policy, clock,
+    controller = Controller(store, be, policy, clock,
                             notifiers=[*([log] if log else []), *notifiers],
                             recorder=ReportRecorder(record) if record else None,
                             owner=owner, leadership=lead)
