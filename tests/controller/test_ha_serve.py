@@ -1,7 +1,8 @@
 """Two real ``minutiae serve --store postgresql://…`` processes on the real PostgreSQL:
 GET /v1/status says leader / standby with the epoch and the leader's identity; a report taken
 by the standby is seen by the leader (ingest on every replica); kill -9 of the leader: the
-standby says leader within 15 s, with the next epoch."""
+standby says leader within 15 s, with the next epoch; an agent listing both URLs fails over
+from the dead one to the live one without backing off."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from typing import Any
 import httpx
 import pytest
 from ha_support import fresh_schema_dsn
+
+from minutiae.agent.push import Outbox, Pusher
+from minutiae.testing import FakeClock
 
 TOKEN = "ha-serve-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -90,3 +94,16 @@ def test_status_roles_ingest_on_the_standby_and_kill_9_takeover(
               timeout=20)
     took = time.monotonic() - t0
     assert took <= 15.0 and sb["epoch"] == 2 and sb["leader"] != sa["leader"], (took, sb)
+
+    # an agent that lists both: the dead leader first
+    clock = FakeClock()
+    pusher = Pusher(f"{a},{b}", TOKEN, clock, retries=0, backoff_s=1.0)
+    box = Outbox()
+    for i in range(3):
+        box.add({"node": "gpu902", "status": "ok", "time": clock.now() + i,
+                 "checks": [{"check": "gpu", "status": "ok", "findings": []}],
+                 "agent": {"created": clock.now()}})
+    res = pusher.flush(box)
+    assert (res.sent, res.failed, pusher.url) == (3, False, f"{b}/v1/reports"), res
+    assert clock.now() == FakeClock().now()   # no backoff: the next replica at once
+    assert any(n["node"] == "gpu902" for n in httpx.get(f"{b}/v1/nodes", headers=AUTH).json())

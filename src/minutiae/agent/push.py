@@ -12,6 +12,12 @@ but ``time`` and ``agent``), it sends ``{"node", "digest", "agent"}`` instead, a
 controller only refreshes the node's report time. A 409 (the controller does not have that
 report: restarted from an older store, say) makes the agent send the full report at once. A
 controller that returns no digest always gets full reports.
+
+Several controller replicas (``http://a:8470,http://b:8470``): every replica takes reports, so
+the agent sticks to one while it answers and moves to the next on a network error, a 5xx or
+a 429, at once (no backoff until every URL has failed in turn). A report resent to another
+replica after a lost answer is harmless: the controller keys a node's report by its time, and
+a replayed one replaces nothing newer (the store's upsert keeps the newest).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import json
 import os
 import ssl
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -115,12 +121,17 @@ def content_key(report: Mapping[str, Any]) -> str:
 
 
 class Pusher:
-    def __init__(self, url: str, token: str, clock: Clock, transport: Transport | None = None,
-                 *, retries: int = 2, backoff_s: float = 0.5, max_backoff_s: float = 300.0) -> None:
-        self.url = url.rstrip("/") + "/v1/reports"
+    def __init__(self, url: str | Sequence[str], token: str, clock: Clock,
+                 transport: Transport | None = None, *, retries: int = 2,
+                 backoff_s: float = 0.5, max_backoff_s: float = 300.0) -> None:
+        urls = [u.strip() for u in (url.split(",") if isinstance(url, str) else url)]
+        #: every controller replica's report URL; ``url`` is the one in use
+        self.urls = [u.rstrip("/") + "/v1/reports" for u in urls if u] or ["/v1/reports"]
+        self._at = 0
         self.headers = {"Authorization": f"Bearer {token}"}
         self.clock = clock
-        self.transport = transport or HttpxTransport(plain_http=url.startswith("http://"))
+        self.transport = transport or HttpxTransport(
+            plain_http=all(u.startswith("http://") for u in self.urls))
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -129,21 +140,37 @@ class Pusher:
         #: (content key, digest) of the last full report the controller acknowledged
         self.ack: tuple[str, str] | None = None
 
+    @property
+    def url(self) -> str:
+        return self.urls[self._at]
+
+    def _next_url(self) -> None:
+        """Move to the next replica; the heartbeat digest was the old one's."""
+        self._at = (self._at + 1) % len(self.urls)
+        self.ack = None
+
     def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
-        """Status code, after up to ``retries`` retries with doubling backoff on network errors
-        and 5xx/429. Raises the last network error."""
+        """Status code, after up to ``retries`` retries (at least one try per URL) on network
+        errors and 5xx/429: the next URL at once, a doubling backoff once all were tried.
+        Raises the last network error."""
         delay = self.backoff_s
-        for attempt in range(self.retries + 1):
+        tries = max(self.retries + 1, len(self.urls))
+        for attempt in range(tries):
             try:
                 code, answer = self.transport.post(self.url, body, self.headers)
             except httpx.HTTPError:
-                if attempt == self.retries:
+                if attempt == tries - 1:
                     raise
             else:
-                if (code < 500 and code != 429) or attempt == self.retries:
+                if (code < 500 and code != 429) or attempt == tries - 1:
                     return code, answer
-            self.clock.sleep(delay)
-            delay *= 2
+            if len(self.urls) > 1:
+                self._next_url()
+                if body.get("digest") is not None and "status" not in body:
+                    raise _Resend()  # a heartbeat means nothing to another replica
+            if len(self.urls) == 1 or (attempt + 1) % len(self.urls) == 0:
+                self.clock.sleep(delay)
+                delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
 
     def flush(self, outbox: Outbox, born: dict[int, float] | None = None) -> PushResult:
@@ -166,6 +193,8 @@ class Pusher:
                 body = {"node": body.get("node"), "digest": self.ack[1], "agent": agent}
             try:
                 code, answer = self._post(body)
+            except _Resend:
+                continue   # the same report in full, to the next replica
             except httpx.HTTPError as exc:
                 return self._fail(res, f"{self.url}: {type(exc).__name__}: {exc}")
             if 200 <= code < 300:
@@ -196,3 +225,7 @@ class Pusher:
         res.failed = True
         res.error = f"{why}; reports kept in the outbox, retry in {wait:.0f}s"
         return res
+
+
+class _Resend(Exception):
+    """A heartbeat could not be delivered and the agent moved to another replica."""

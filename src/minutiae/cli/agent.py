@@ -26,7 +26,8 @@ def _domains(values: tuple[str, ...]) -> dict[str, str]:
 
 @click.command("agent")
 @click.option("--controller", envvar="MINUTIAE_CONTROLLER", default=None,
-              help="controller URL, e.g. http://ctl:8470 (none: metrics only)")
+              help="controller URL(s), e.g. http://ctl:8470 or http://a:8470,http://b:8470 "
+              "(replicas: fail over in turn; none: metrics only)")
 @click.option("--token-file", default=None, help="bearer token file (else $MINUTIAE_TOKEN)")
 @click.option("--interval", default=10.0, show_default=True, help="seconds between runs")
 @click.option("--state-dir", default="/var/lib/minutiae", show_default=True,
