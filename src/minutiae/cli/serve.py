@@ -19,7 +19,8 @@ DEFAULT_CONFIG = "/etc/minutiae/minutiae.toml"
 _KEYS = {"listen": "listen", "db": "db", "policy": "policy_path", "backend": "backend",
          "slurm_conf": "slurm_conf", "kubeconfig": "kubeconfig", "act": "act",
          "interval": "interval", "token_file": "token_file", "cluster": "cluster",
-         "controller_id": "controller_id", "read_token_file": "read_token_file"}
+         "controller_id": "controller_id", "read_token_file": "read_token_file",
+         "agent_tokens": "agent_tokens"}
 
 
 def config_defaults(path: str | None) -> dict[str, Any]:
@@ -78,17 +79,19 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
               "one controller share it)")
 @click.option("--read-token-file", default=None, help="file holding the read-only token for "
               "nodes/explain/audit (else $MINUTIAE_READ_TOKEN; unset: those reads are open)")
+@click.option("--agent-tokens", default=None, help="per-node agent tokens file ('<node> "
+              "sha256:<hex>' lines): such a token posts its own node's reports only")
 def command(listen: str, db: str, policy_path: str | None, backend: str,
             slurm_conf: str | None, kubeconfig: str | None, act: bool | None, interval: float,
             token_file: str | None, cluster: str, controller_id: str,
-            read_token_file: str | None) -> None:
+            read_token_file: str | None, agent_tokens: str | None) -> None:
     """Run the controller: receive agent reports, reconcile, act through a scheduler backend."""
     from minutiae.controller.run import serve
 
     serve(listen=listen, db=db, policy_path=policy_path, backend=backend,
           slurm_conf=slurm_conf, kubeconfig=kubeconfig, act=act, interval=interval,
           token=read_token(token_file), cluster=cluster, controller_id=controller_id,
-          read_token=_read_only(read_token_file))
+          read_token=_read_only(read_token_file), agent_tokens=agent_tokens)
 
 
 def _read_only(token_file: str | None) -> str | None:

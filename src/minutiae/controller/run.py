@@ -21,7 +21,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
 def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
           slurm_conf: str | None, kubeconfig: str | None, act: bool | None, interval: float,
           token: str, cluster: str = "default", controller_id: str = "controller",
-          read_token: str | None = None) -> None:
+          read_token: str | None = None, agent_tokens: str | None = None) -> None:
     import uvicorn
 
     from minutiae.controller.http.api import make_app
@@ -75,7 +75,10 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
         print(f"minutiae serve: STANDBY: {lead.status().detail}", flush=True)
     if read_token is not None and (len(read_token) < 16 or read_token == token):
         raise ConfigError("read token: use at least 16 characters, not the admin token")
-    app = make_app(controller, token, loop_interval=interval, read_token=read_token)
+    from minutiae.controller.http.agent_tokens import AgentTokens
+
+    app = make_app(controller, token, loop_interval=interval, read_token=read_token,
+                   agent_tokens=AgentTokens(agent_tokens) if agent_tokens else None)
     if read_token is None:
         print("minutiae serve: WARNING: nodes/explain/audit (evidence) are readable without a "
               "token; set --read-token-file or MINUTIAE_READ_TOKEN", flush=True)

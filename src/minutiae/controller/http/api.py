@@ -11,6 +11,7 @@ puts them together in this order (the order of ``/openapi.json``).
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,7 +21,15 @@ from fastapi.responses import JSONResponse
 
 from minutiae import __version__
 from minutiae.controller.http import actions, jobs, metrics, reads, reports
-from minutiae.controller.http.fastpath import FastPath, Receive, Scope, Send, status_for
+from minutiae.controller.http.agent_tokens import AgentTokens
+from minutiae.controller.http.fastpath import (
+    FastPath,
+    Forbidden,
+    Receive,
+    Scope,
+    Send,
+    status_for,
+)
 from minutiae.controller.http.loop import lifespan_for
 from minutiae.controller.http.metrics import Metrics
 from minutiae.controller.http.models import HeartbeatIn, ReportIn
@@ -66,8 +75,20 @@ def bearer_auth(token: str, m: Metrics, *also: str) -> Callable[[Request], Await
     return auth
 
 
+def only_node(body: bytes, node: str) -> None:
+    """An agent token scoped to ``node`` posts ``node``'s reports only (else 403)."""
+    try:
+        got = json.loads(body)
+    except ValueError:
+        got = None
+    other = got.get("node") if isinstance(got, dict) else None
+    if other != node:
+        raise Forbidden(f"this token is scoped to node {node}; the report is for {other!r}")
+
+
 def make_app(controller: Controller, token: str, loop_interval: float | None = None,
-             read_token: str | None = None) -> ControllerApp:
+             read_token: str | None = None,
+             agent_tokens: AgentTokens | None = None) -> ControllerApp:
     """The app. With ``loop_interval`` the reconcile loop runs in a thread for the app's life."""
     m = Metrics()
     app = ControllerApp(title="minutiae controller", version=__version__,
@@ -83,7 +104,8 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
     hot = reports.handlers(controller, m)
     # the hot path: token, body limit, validation and ingest without the framework's routing
     app.fast = FastPath(app.framework, token=token, max_body=MAX_BODY, handlers=hot,
-                        refused=m.refuse)
+                        refused=m.refuse, only_node=only_node,
+                        scoped=agent_tokens.node_for if agent_tokens else None)
     auth = [Depends(bearer_auth(token, m))]
     for r in (reports.router(hot, auth), jobs.router(controller, auth),
               actions.router(controller, auth),

@@ -41,8 +41,14 @@ class Conflict(InputError):
     unchanged-report heartbeat whose digest is not the node's last full report."""
 
 
+class Forbidden(AuthError):
+    """A valid token that may not do this (a node's agent token, another node's report)."""
+
+
 def status_for(exc: MinutiaeError) -> int:
     """The HTTP status of a refused request (shared with the FastAPI exception handler)."""
+    if isinstance(exc, Forbidden):
+        return 403
     if isinstance(exc, AuthError):
         return 401
     if isinstance(exc, Conflict):
@@ -61,8 +67,13 @@ class FastPath:
     the error's class name)."""
 
     def __init__(self, app: ASGIApp, *, token: str, handlers: Mapping[str, Handler],
-                 refused: Callable[[str], None], max_body: int) -> None:
+                 refused: Callable[[str], None], max_body: int,
+                 scoped: Callable[[bytes], str | None] | None = None,
+                 only_node: Callable[[bytes, str], None] | None = None) -> None:
         self.app = app
+        #: a per-node agent token → its node (``agent_tokens.AgentTokens.node_for``), and the
+        #: check that a body is that node's (raises ``Forbidden``)
+        self.scoped, self.only_node = scoped, only_node
         self.expected = f"Bearer {token}".encode()
         self.handlers = dict(handlers)
         self.refused = refused
@@ -87,7 +98,10 @@ class FastPath:
         if handler is None:
             await self.app(scope, receive, send)
             return
+        node = None
         if not hmac.compare_digest(auth, self.expected):
+            node = self.scoped(auth) if self.scoped is not None else None
+        if node is None and not hmac.compare_digest(auth, self.expected):
             self.refused("token")
             await _answer(send, 401, {"detail": "missing or invalid bearer token"},
                           [(b"www-authenticate", b"Bearer")])
@@ -109,6 +123,8 @@ class FastPath:
             more = msg.get("more_body", False)
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         try:
+            if node is not None and self.only_node is not None:
+                self.only_node(body, node)
             code, out = handler(body)
         except MinutiaeError as exc:
             self.refused(type(exc).__name__)
