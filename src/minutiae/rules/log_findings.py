@@ -173,10 +173,12 @@ def nagios_status(findings: Iterable[Finding]) -> Status:
 
 @dataclass(frozen=True, slots=True)
 class FindingGroup:
-    """Findings with the same kind, code, PCI address, severity, action and rule, counted.
+    """Findings with the same kind, code, device (PCI address) and rule, counted; severity and
+    action are the worst of the group.
 
     ``first``/``last`` are the earliest/latest wall-clock times (None when the log has only
-    uptimes); ``first_line_no`` is where the group starts; ``message`` is its first message."""
+    uptimes); ``first_line_no`` is where the group starts; ``message`` is its first message,
+    ``example`` its first line."""
 
     kind: str
     code: int | None
@@ -189,6 +191,9 @@ class FindingGroup:
     first_line_no: int | None
     message: str
     name: str | None = None
+    rule: str | None = None
+    example: str | None = None
+    last_line_no: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -196,25 +201,74 @@ class FindingGroup:
             "severity": self.severity.label, "action": self.action.label, "count": self.count,
             "first": self.first.isoformat() if self.first else None,
             "last": self.last.isoformat() if self.last else None,
-            "first_line_no": self.first_line_no, "message": self.message,
+            "first_line_no": self.first_line_no, "last_line_no": self.last_line_no,
+            "message": self.message, "rule": self.rule, "example": self.example,
         }
+
+
+#: distinct groups an :class:`Aggregator` keeps; findings of further keys are only counted
+MAX_GROUPS = 100_000
+
+
+class Aggregator:
+    """Findings folded into groups by (kind, code, device, rule) as they stream: memory is
+    bounded by :data:`MAX_GROUPS` whatever the log's length (findings of keys past it are
+    counted in ``overflow`` and the totals, not grouped)."""
+
+    def __init__(self, max_groups: int = MAX_GROUPS) -> None:
+        self.max_groups = max_groups
+        self._groups: dict[tuple[Any, ...], list[Any]] = {}
+        self.total = 0
+        self.overflow = 0
+        self.by_severity: dict[Severity, int] = dict.fromkeys(Severity, 0)
+        self.worst_action = Action.NONE
+
+    def add(self, f: Finding) -> None:
+        self.total += 1
+        self.by_severity[f.severity] += 1
+        if f.action > self.worst_action:
+            self.worst_action = f.action
+        key = (f.kind, f.code, f.pci or f.component, f.rule)
+        g = self._groups.get(key)
+        t = f.time
+        if g is None:
+            if len(self._groups) >= self.max_groups:
+                self.overflow += 1
+                return
+            name = f.attrs.get("name")
+            self._groups[key] = [1, t, t, f.line_no, f.line_no, f.message, (f.line or "").split("\n")[0],
+                                 f.severity, f.action, name if isinstance(name, str) else None]
+            return
+        g[0] += 1
+        if t is not None:
+            if g[1] is None or t < g[1]:
+                g[1] = t
+            if g[2] is None or t > g[2]:
+                g[2] = t
+        g[4] = f.line_no
+        if f.severity > g[7]:
+            g[7] = f.severity
+        if f.action > g[8]:
+            g[8] = f.action
+
+    @property
+    def worst(self) -> Severity:
+        return max((s for s, n in self.by_severity.items() if n), default=Severity.INFO)
+
+    def groups(self) -> list[FindingGroup]:
+        """Worst first, then by first appearance."""
+        out = [FindingGroup(kind=k[0], code=k[1], pci=k[2], severity=g[7], action=g[8], count=g[0],
+                            first=g[1], last=g[2], first_line_no=g[3], last_line_no=g[4],
+                            message=g[5], example=g[6], name=g[9], rule=k[3])
+               for k, g in self._groups.items()]
+        out.sort(key=lambda g: (-g.severity, -g.action, g.first_line_no or 0))
+        return out
 
 
 def summarize(findings: Iterable[Finding]) -> list[FindingGroup]:
     """Group findings (worst first, then by first appearance) — a burst of 600 Xid 13 on one
     GPU is one row with a count."""
-    groups: dict[tuple[Any, ...], list[Finding]] = {}
+    agg = Aggregator()
     for f in findings:
-        groups.setdefault((f.kind, f.code, f.pci, f.severity, f.action, f.rule), []).append(f)
-    out: list[FindingGroup] = []
-    for (kind, code, pci, sev, act, _), fs in groups.items():
-        times = [f.time for f in fs if f.time is not None]
-        name = fs[0].attrs.get("name")
-        out.append(FindingGroup(
-            kind=kind, code=code, pci=pci, severity=sev, action=act, count=len(fs),
-            first=min(times) if times else None, last=max(times) if times else None,
-            first_line_no=fs[0].line_no, message=fs[0].message,
-            name=name if isinstance(name, str) else None,
-        ))
-    out.sort(key=lambda g: (-g.severity, -g.action, g.first_line_no or 0))
-    return out
+        agg.add(f)
+    return agg.groups()

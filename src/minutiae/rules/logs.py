@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from minutiae.errors import ConfigError
+from minutiae.errors import ConfigError, InputError
 from minutiae.model.findings import Scalar
 from minutiae.model.vocab import LOG_KINDS, Action, Severity
 from minutiae.rules.tables import rule_tables
@@ -158,12 +158,14 @@ _LOG_RULE_KEYS = frozenset({
 _COMPONENT = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def build_log_rules(doc: Mapping[str, Any], where: str = "kernel_log.toml") -> tuple[LogRule, ...]:
-    """Validate a parsed kernel-log catalog; runs every example and counter-example."""
+def build_log_rules(doc: Mapping[str, Any], where: str = "kernel_log.toml", *,
+                    complete: bool = True) -> tuple[LogRule, ...]:
+    """Validate a parsed kernel-log catalog; runs every example and counter-example. A
+    ``complete`` catalog (the shipped one) needs a rule for every kind; a site file does not."""
     rules = [_log_rule(where, rid, kind, item) for rid, kind, item in rule_tables(doc, where, _LOG_RULE_KEYS)]
     kinds = {r.kind for r in rules}
     missing = LOG_KINDS - kinds
-    if missing and doc.get("require_all_kinds", True):
+    if missing and complete and doc.get("require_all_kinds", True):
         raise ConfigError(f"{where}: no rule for kinds {sorted(missing)}")
     return tuple(rules)
 
@@ -319,8 +321,18 @@ def sxid_catalog() -> CodeCatalog:
 
 
 def load_log_rules(path: Path) -> tuple[LogRule, ...]:
-    """A kernel-log catalog from a file (site-local rules)."""
-    return build_log_rules(_read_toml(path.name, path), str(path))
+    """Site-local kernel-log rules from a file: they add to the shipped catalog, so the file
+    need not cover every kind. Unreadable → ``ConfigError`` naming it (exit 3)."""
+    from minutiae.inputs import read_text
+
+    try:
+        text = read_text(path, limit=4 << 20, what="rules file")
+    except InputError as exc:
+        raise ConfigError(f"cannot read rules file: {exc}") from None
+    doc = parse_toml(text, str(path))
+    if not doc.get("rule"):
+        raise ConfigError(f"{path}: no [[rule]] tables")
+    return build_log_rules(doc, str(path), complete=False)
 
 
 def catalog_text(name: str) -> str:

@@ -36,6 +36,8 @@ _YEARLESS = frozenset({"syslog", "broadcast"})
 BLOCK_LINES = 8192
 #: characters of a message the rule regexes look at (printk records are < 1 KiB)
 MAX_MESSAGE = 4096
+#: bytes of one line kept (the rest up to its newline is dropped): bounded memory on any input
+MAX_LINE = 1 << 20
 _PCI_ANY = re.compile(
     r"(?<![0-9A-Fa-f:])(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
     r"(?![0-9A-Fa-f])")
@@ -107,16 +109,22 @@ class KernelLogParser:
         """Bytes chunks (any split) → events; the chunks are re-split at line ends."""
         st = _State()
         rest = b""
+        skipping = False  # dropping the bytes of an over-long line up to its newline
         for chunk in chunks:
             if not chunk:
                 continue
+            if skipping:
+                nl = chunk.find(b"\n")
+                if nl < 0:
+                    continue
+                chunk, skipping = chunk[nl:], False
             data = rest + chunk if rest else chunk
             cut = data.rfind(b"\n")
-            if cut < 0:
-                rest = data
-                continue
             rest = data[cut + 1:]
-            yield from self._scan_block(data[:cut + 1], st)
+            if len(rest) > MAX_LINE:  # bounded memory whatever the input: a line is cut here
+                rest, skipping = rest[:MAX_LINE], True
+            if cut >= 0:
+                yield from self._scan_block(data[:cut + 1], st)
         if rest:
             yield from self._scan_block(rest, st)
         if st.held is not None:
