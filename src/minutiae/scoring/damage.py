@@ -120,7 +120,8 @@ def check_csv_lines(lines: Iterable[bytes], *, ends_with_newline: bool, path: st
                     node: str | None = None) -> tuple[list[dict[str, str]], Damage | None]:
     """The rows before the first damaged line, and the damage (None when the file is whole).
 
-    ``start``: the time the window starts at when no good row has a time (the dataset's start).
+    The UNKNOWN window starts at the last good row's time, or at ``start`` (the dataset's) when
+    no good row has a time or the rows are not in time order (the lost ones may be of any time).
     A header without a ``required`` column damages the whole file (line 1)."""
     it = iter(lines)
     head = next(it, None)
@@ -134,6 +135,7 @@ def check_csv_lines(lines: Iterable[bytes], *, ends_with_newline: bool, path: st
     ti = cols.index(time_column) if time_column in cols else None
     rows: list[dict[str, str]] = []
     last_t = start
+    ordered = True
     prev: bytes | None = None
     n = 1
     for raw in it:
@@ -141,10 +143,14 @@ def check_csv_lines(lines: Iterable[bytes], *, ends_with_newline: bool, path: st
             n += 1
             cells, why = _bad_row(prev, len(cols), ti, time_column or "")
             if cells is None:
-                return rows, Damage(path, Harm.GARBLED, last_t, node, n, why)
+                return rows, Damage(path, Harm.GARBLED, last_t if ordered else start, node, n, why)
             rows.append(dict(zip(cols, cells, strict=True)))
             if ti is not None:
-                last_t = max(last_t, float(cells[ti]))
+                t = float(cells[ti])
+                # rows out of time order: the lost ones may be of any time, so the window
+                # starts at the start (nothing after the cut is known)
+                ordered = ordered and t >= last_t
+                last_t = max(last_t, t)
         prev = raw
     if prev is not None:
         n += 1
@@ -152,7 +158,7 @@ def check_csv_lines(lines: Iterable[bytes], *, ends_with_newline: bool, path: st
         if not ends_with_newline or cells is None:
             what = "cut mid-row" if not ends_with_newline else why
             return rows, Damage(path, Harm.TRUNCATED if not ends_with_newline else Harm.GARBLED,
-                                last_t, node, n, what)
+                                last_t if ordered else start, node, n, what)
         rows.append(dict(zip(cols, cells, strict=True)))
     return rows, None
 
