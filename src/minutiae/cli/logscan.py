@@ -51,7 +51,7 @@ def _table(groups: list[FindingGroup], agg: Aggregator, sources: list[str]) -> N
         console.print(f"no kernel-log faults in {', '.join(sources)}")
         return
     table = Table(show_lines=False, header_style="bold")
-    widths = {"count": 5, "kind": 14, "GPU/PCI": 12, "code": 14, "severity": 8, "action": 11,
+    widths = {"count": 5, "kind": 14, "GPU/PCI": 12, "code": 30, "severity": 8, "action": 11,
               "first": 19, "last": 19, "line": 6, "example": 40}
     for col, width in widths.items():
         table.add_column(col, overflow="ellipsis", no_wrap=True, min_width=width,
