@@ -64,6 +64,8 @@ def status(ctl: Controller) -> dict[str, Any]:
                       pending=len(ctl.store.pending()), last_step=ctl.last_step,
                       counts=counts, problems=problems)
     out["identity"] = ctl.owner
+    # dry-run: what minutiae would have drained, beside the scheduler's own word above
+    out["would_be_drained"] = sum(1 for r in rows if r.get("would"))
     out["retrying"] = ctl.retries.to_json()
     out.update(ctl.leadership.status().to_json())
     return out

@@ -90,10 +90,13 @@ def format_nodes(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         age = r.get("report_age_s")
         seen = "never" if age is None else f"{age:.0f}s"
+        owner = r.get("owner")
+        by = "yes" if r["ours"] else ("hcp" if owner == "hcp" else ("min" if owner else "-"))
+        would = f"  [dry-run: would be {r['would']}]" if r.get("would") else ""
         out.append(f"{r['node']:<16} {r['health']:<10} {r['sched'] or '?':<9} "
-                   f"{'yes' if r['ours'] else '-':<4} {r['step'] or '-':<9} "
+                   f"{by:<4} {r['step'] or '-':<9} "
                    f"{seen + ('!' if r.get('silent') else ''):<8} "
-                   f"{r['reason'] or ''}{'  [lemon]' if r['lemon'] else ''}")
+                   f"{r['reason'] or ''}{'  [lemon]' if r['lemon'] else ''}{would}")
     return "\n".join(out)
 
 
@@ -110,7 +113,9 @@ def format_explain(e: dict[str, Any]) -> str:
         b = last["budget"]
         lines.append(f"  budget: {'allowed' if b['allowed'] else 'held'} ({b['check']}): "
                      f"{b['detail']}")
-        lines.append(f"  undo: {last['undo']}")
+        lines.append(f"  undo: {e.get('undo') or last['undo']}")
+        if e.get("scheduler_undo"):
+            lines.append(f"  scheduler undo: {e['scheduler_undo']}")
     hold = e.get("last_hold")
     if hold:
         b = hold["budget"]
