@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from minutiae.controller.service import Controller
+from minutiae.controller.state import Decision, Verb
 
 
 @dataclass
@@ -29,13 +32,60 @@ class Metrics:
                              registry=reg)
         self.step = Gauge("minutiae_controller_step_seconds",
                           "Duration of the last reconcile step", registry=reg)
+        # deploy/prometheus/METRICS.md: the series the alert rules and dashboards read
+        self.breaker = Gauge("minutiae_controller_breaker_tripped",
+                             "1 while the storm breaker is tripped (its reason as label)",
+                             ["reason"], registry=reg)
+        self.paused_s = Gauge("minutiae_controller_paused_seconds",
+                              "Seconds since the operator's pause began (0: not paused)",
+                              registry=reg)
+        self.leader = Gauge("minutiae_controller_leader", "1 on the leader, 0 on a standby",
+                            registry=reg)
+        self.silent = Gauge("minutiae_controller_silent_nodes",
+                            "In service by the scheduler's word but without a fresh report",
+                            registry=reg)
+        self.unavailable = Gauge("minutiae_controller_unavailable_nodes",
+                                 "Nodes the safety budget counts as unavailable", registry=reg)
+        self.budget_max = Gauge("minutiae_controller_budget_max_unavailable",
+                                "The policy's fleet-wide limit on unavailable nodes",
+                                registry=reg)
+        self.decisions = Counter("minutiae_controller_decisions", "Decisions made (holds "
+                                 "included)", ["verb", "rule"], registry=reg)
 
     def refuse(self, why: str) -> None:
         self.refused.labels(why).inc()
 
 
+@dataclass
+class DecisionCounter:
+    """A notifier that counts every new decision (``minutiae_controller_decisions_total``)."""
+
+    m: Metrics
+
+    def notify(self, decisions: Sequence[Decision], alerts: Sequence[str] = ()) -> None:
+        for d in decisions:
+            self.m.decisions.labels(d.action.value,
+                                    "" if d.action is Verb.RESUME else d.rule).inc()
+
+
+def fleet_gauges(controller: Controller, m: Metrics, st: dict[str, Any]) -> None:
+    """The METRICS.md gauges from ``status()`` (``role`` when the controller says it)."""
+    pause = controller.memory.pause
+    m.breaker.clear()
+    if pause is not None and pause.by == "breaker":
+        m.breaker.labels(pause.reason).set(1)
+    human = pause is not None and pause.by != "breaker"
+    m.paused_s.set(max(0.0, controller.clock.now() - pause.since) if human and pause else 0.0)
+    m.leader.set(0 if st.get("role", "leader") != "leader" else 1)
+    m.silent.set(st["silent"])
+    m.unavailable.set(st["unavailable"] + st["silent"])
+    frac = controller.policy.budget.max_unavailable_fraction
+    m.budget_max.set(int(frac * st["nodes"] + 1e-9))
+
+
 def router(controller: Controller, m: Metrics) -> APIRouter:
     r = APIRouter()
+    controller.notifiers.append(DecisionCounter(m))
 
     @r.get("/metrics", include_in_schema=False)
     async def metrics() -> PlainTextResponse:
@@ -47,6 +97,7 @@ def router(controller: Controller, m: Metrics) -> APIRouter:
         m.actions.labels("failed").set(st["counters"]["actions_failed"])
         if st["counters"]["last_step_ms"] is not None:
             m.step.set(st["counters"]["last_step_ms"] / 1e3)
+        fleet_gauges(controller, m, st)
         return PlainTextResponse(generate_latest(m.reg).decode(),
                                  media_type="text/plain; version=0.0.4")
 
