@@ -71,9 +71,12 @@ class LogFindingMapper:
         self.xid = xid or xid_catalog()
         self.sxid = sxid or sxid_catalog()
         self._last_xid: dict[str | None, tuple[int, Severity, Action, float | None]] = {}
+        self._memo: dict[tuple[Any, ...], tuple[str, str | None]] = {}
 
     def finding(self, ev: LogEvent) -> Finding:
         rule = self.rules.get(str(ev.attrs.get("rule", "")))
+        if rule is not None and rule.catalog is None:
+            return self._plain(rule, ev)
         severity = rule.severity if rule else Severity.WARNING
         action = rule.action if rule else Action.NONE
         template = rule.message if rule else "{kind}: {message}"
@@ -94,6 +97,28 @@ class LogFindingMapper:
             code=ev.code, pci=ev.pci, component=_component(rule, ev.pci), line=ev.line,
             line_no=ev.line_no, time=ev.time, rule=rule.id if rule else None, attrs=attrs,
         )
+
+    def _plain(self, rule: LogRule, ev: LogEvent) -> Finding:
+        """A rule without a catalog: severity, action and message depend only on the rule and
+        the message, so they are worked out once per distinct message (fleet logs repeat)."""
+        key = (rule.id, ev.message, ev.pci, ev.code)
+        memo = self._memo.get(key)
+        if memo is None:
+            fields: dict[str, Any] = {**ev.attrs, "kind": ev.kind, "code": ev.code,
+                                      "pci": ev.pci or "(PCI unknown)", "message": ev.message,
+                                      "name": "?"}
+            memo = (_fmt(rule.message, fields), _component(rule, ev.pci))
+            if len(self._memo) >= 4096:
+                self._memo.clear()
+            self._memo[key] = memo
+        attrs: dict[str, Scalar] = dict(ev.attrs)
+        if ev.uptime_s is not None:
+            attrs["uptime_s"] = ev.uptime_s
+        if ev.host:
+            attrs["host"] = ev.host
+        return Finding(kind=ev.kind, severity=rule.severity, action=rule.action, message=memo[0],
+                       code=ev.code, pci=ev.pci, component=memo[1], line=ev.line,
+                       line_no=ev.line_no, time=ev.time, rule=rule.id, attrs=attrs)
 
     def _xid(self, ev: LogEvent, fields: dict[str, Any], attrs: dict[str, Scalar],
              template: str, t: float | None) -> tuple[Severity, Action, str]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import UTC, datetime, timedelta, timezone
 
 MONTHS = {m: i for i, m in enumerate(
@@ -74,6 +75,7 @@ def _frac(digits: str | None) -> int:
     return int((digits + "000000")[:6])
 
 
+@lru_cache(maxsize=256)
 def _tz(text: str | None) -> timezone:
     if not text or text == "Z":
         return UTC
@@ -110,24 +112,27 @@ def _host_tag(rest: str) -> tuple[str | None, str | None, str]:
 def split_prefix(line: str, *, year: int | None = None) -> Prefix:
     """Split one physical line into its prefix fields and the kernel message. Never raises."""
     level: str | None = None
-    m = _KMSG.match(line)
+    c = line[:1]  # each style starts with its own kind of character: skip the others' regexes
+    m = _KMSG.match(line) if c.isdigit() else None
     if m:
         pri = int(m.group(1))
         return Prefix("kmsg", line[m.end():], uptime_s=int(m.group(3)) / 1e6,
                       level=_LEVELS[pri & 7], seq=int(m.group(2)))
-    m = _DECODE.match(line)
+    m = _DECODE.match(line) if c.islower() else None
     if m:
         level = m.group(2)
         line = line[m.end():]
-    m = _PRI.match(line)
+        c = line[:1]
+    m = _PRI.match(line) if c == "<" else None
     if m:
         level = _LEVELS[int(m.group(1)) & 7]
         line = line[m.end():]
-    m = _UPTIME.match(line)
+        c = line[:1]
+    m = _UPTIME.match(line) if c == "[" else None
     if m:
         return Prefix("syslog_pri" if level else "uptime", line[m.end():],
                       uptime_s=int(m.group(1)) + _frac(m.group(2)) / 1e6, level=level)
-    m = _CTIME.match(line)
+    m = _CTIME.match(line) if c == "[" else None
     if m:
         t = _dt(int(m.group(6)), MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)),
                 int(m.group(4)), int(m.group(5)))
