@@ -20,7 +20,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 from minutiae import __version__
-from minutiae.controller.http import actions, jobs, metrics, reads, reports
+from minutiae.controller.http import actions, jobs, metrics, reads, reports, slack, ui
 from minutiae.controller.http.agent_tokens import AgentTokens
 from minutiae.controller.http.fastpath import (
     FastPath,
@@ -111,7 +111,8 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
               actions.router(controller, auth),
               reads.router(controller, [Depends(bearer_auth(token, m, read_token))]
                            if read_token else ()),
-              metrics.router(controller, m)):
+              metrics.router(controller, m), ui.router(controller, token, m.refuse),
+              slack.router(controller, m.refuse)):
         app.include_router(r)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
