@@ -123,7 +123,8 @@ def test_agent_report_drains_explains_and_resumes(slurm, realdata, tmp_path):
         r = run_agent(ctl, tmp_path, "gpu012", bad)
         assert r.returncode == 0, r.stderr
         st, reason = wait_for(lambda: drained(slurm, "gpu012"), what="gpu012 drained")
-        assert reason == "minutiae: gpu-fell-off-bus gpu_missing step=reboot"
+        # the controller's identity (serve's default) is in the reason: only it resumes this
+        assert reason == "minutiae[default/controller]: gpu-fell-off-bus gpu_missing step=reboot"
         ex = subprocess.run([sys.executable, "-m", "minutiae.cli.main", "explain", "gpu012",
                              "--controller", ctl.url], capture_output=True, text=True, timeout=30)
         assert ex.returncode == 0, ex.stderr
@@ -131,7 +132,8 @@ def test_agent_report_drains_explains_and_resumes(slurm, realdata, tmp_path):
         assert ("[critical/reboot] gpu_missing node: 1 GPU(s) reported, but the driver says 4 "
                 "are attached") in ex.stdout
         assert "budget: allowed (ok):" in ex.stdout
-        assert "undo: scontrol update NodeName=gpu012 State=RESUME" in ex.stdout
+        assert "undo: minutiae resolve gpu012 --now" in ex.stdout
+        assert "scheduler undo: scontrol update NodeName=gpu012 State=RESUME" in ex.stdout
         # healthy capture: resumed after the 2 s healthy delay, by the controller
         assert run_agent(ctl, tmp_path, "gpu012", good).returncode == 0
         wait_for(lambda: node_state(slurm, "gpu012")[0] == "IDLE", what="gpu012 resumed")
@@ -222,7 +224,7 @@ def test_storm_trips_the_breaker_and_the_budget_is_never_exceeded(slurm, tmp_pat
 def _drains_in_log(log: Path, start: int) -> dict[str, int]:
     text = log.read_bytes()[start:].decode("utf-8", "replace")
     counts: dict[str, int] = {}
-    for m in re.finditer(r"update_node: node (gpu\d+) reason set to: minutiae:", text):
+    for m in re.finditer(r"update_node: node (gpu\d+) reason set to: minutiae(?:\[[^\]]*\])?:", text):
         counts[m.group(1)] = counts.get(m.group(1), 0) + 1
     return counts
 
@@ -264,7 +266,8 @@ def test_kill9_mid_batch_loses_nothing_and_doubles_nothing(slurm, tmp_path):
         ctl.stop()
     for n in victims:
         st, reason = node_state(slurm, n)
-        assert "DRAIN" in st and reason == "minutiae: needs-remediation xid 79 step=reboot", n
+        assert "DRAIN" in st and reason == (
+            "minutiae[default/controller]: needs-remediation xid 79 step=reboot"), n
     with sqlite3.connect(ctl.db) as db:
         rows = db.execute("SELECT node, status, detail FROM audit WHERE action='drain'").fetchall()
     assert sorted(n for n, _, _ in rows) == sorted(victims)         # one row per node
