@@ -125,10 +125,29 @@ def decision_message(d: Decision, dry_run: bool = False) -> dict[str, Any]:
             shown.append(f"… and {more} more line(s): minutiae explain {d.node}")
         blocks.append(_section("*Evidence*\n" + _code(shown)))
     blocks.append(_section(f"*Undo*\n`{escape(d.undo)}`"))
+    blocks.append(buttons(d))
     blocks.append({"type": "context", "elements": [
         {"type": "mrkdwn", "text": f"minutiae · {_when(d.time)}{mode} · `minutiae explain {d.node}`"}]})
     text = f"minutiae: {_PAST[d.action].lower()} {d.node} (rule {d.rule}){mode}"
     return {"text": text, "blocks": blocks}
+
+
+def buttons(d: Decision) -> dict[str, Any]:
+    """Undo / resolve / pause, answered by the controller's ``/slack/actions``
+    (``controller/http/slack.py``, signed requests only; audited with the Slack user)."""
+
+    def b(text: str, action: str, style: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "button", "text": {"type": "plain_text", "text": text},
+                               "action_id": action, "value": d.node}
+        if style:
+            out["style"] = style
+        return out
+
+    els = [b("Resolve", "minutiae_resolve", "primary"),
+           b("Pause minutiae", "minutiae_pause", "danger")]
+    if d.action is Verb.DRAIN:
+        els.insert(0, b("Undo (resume now)", "minutiae_undo"))
+    return {"type": "actions", "block_id": f"minutiae:{d.node}", "elements": els}
 
 
 def rollup_message(decisions: Sequence[Decision], alerts: Sequence[str], now: float,
