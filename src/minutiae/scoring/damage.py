@@ -88,8 +88,8 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
 
 
-def _bad_row(raw: bytes, width: int, time_index: int | None, time_name: str = "time"
-             ) -> tuple[list[str] | None, str]:
+def _cells(raw: bytes) -> tuple[list[str] | None, str]:
+    """One CSV line's fields, or None and why it is not a CSV line."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -98,13 +98,19 @@ def _bad_row(raw: bytes, width: int, time_index: int | None, time_name: str = "t
         text = text[:-1]
     if "\0" in text:
         return None, "NUL bytes"
-    if '"' in text:
+    if '"' in text or "\r" in text:
         try:
-            cells = next(csv.reader([text]), [])
+            return next(csv.reader([text]), []), ""
         except csv.Error as exc:
             return None, f"bad CSV: {exc}"
-    else:  # the common case, without the csv module's per-line cost
-        cells = text.split(",") if text else []
+    return (text.split(",") if text else []), ""  # the common case, without csv's per-line cost
+
+
+def _bad_row(raw: bytes, width: int, time_index: int | None, time_name: str = "time"
+             ) -> tuple[list[str] | None, str]:
+    cells, why = _cells(raw)
+    if cells is None:
+        return None, why
     if len(cells) != width:
         return None, f"{len(cells)} of {width} fields"
     if time_index is not None:
@@ -127,7 +133,7 @@ def check_csv_lines(lines: Iterable[bytes], *, ends_with_newline: bool, path: st
     head = next(it, None)
     if head is None:
         return [], Damage(path, Harm.TRUNCATED, start, node, 1, "empty: no header")
-    cols, why = _bad_row(head, len(next(csv.reader([head.decode("utf-8", "replace")]), [])), None)
+    cols, why = _cells(head)
     missing = [c for c in required if cols is None or c not in cols]
     if cols is None or missing:
         return [], Damage(path, Harm.GARBLED, start, node, 1,
