@@ -110,7 +110,8 @@ def test_garbage_state_never_crashes(tmp_path_factory: pytest.TempPathFactory, d
 
 _METRICS = sorted({m for r in counter_rules() for m in r.cond.metrics} | {"state", "hca_type", "device_kind"})
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**12), st.floats(allow_nan=True),
-                    st.text(max_size=8))
+                    # no braces: the test reads a "{" in a message as an unformatted template
+                    st.text(alphabet=st.characters(blacklist_characters="{}"), max_size=8))
 
 
 @settings(max_examples=150, deadline=None)
