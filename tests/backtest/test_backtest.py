@@ -112,8 +112,8 @@ def test_drain_escalate_and_resume_after_reboot(basic: Path) -> None:
     assert by_node(r, "gpu017") == [("drain", 3600.0), ("escalate", 5400.0), ("resume", 15000.0)]
     d = next(d for d in r.decisions if d.node == "gpu017")
     assert d.rule == "needs-remediation" and d.step is not None and d.step.label == "reboot"
-    assert d.reason.startswith("minutiae: needs-remediation xid 79")  # wording: reconcile's
-    assert d.undo == "scontrol update NodeName=gpu017 State=RESUME"
+    assert d.reason.startswith("minutiae[default/controller]: needs-remediation xid 79")
+    assert d.undo == "minutiae resolve gpu017 --now --reason 'fixed: <what was done>'"
     assert any(XID79 in line for line in d.evidence)
     assert by_node(r, "gpu003") == []  # the application XID never drains
     assert r.score is not None and r.score.drains.right == 3  # gpu017, gpu020, gpu021

@@ -95,7 +95,7 @@ def test_report_to_cordon_to_slack_to_uncordon_and_backtest(
                 return obj if obj["spec"].get("unschedulable") else None
 
             obj = wait("k8e-007 cordoned", cordoned)
-            assert obj["metadata"]["annotations"][OWNER_KEY] == "minutiae"
+            assert obj["metadata"]["annotations"][OWNER_KEY] == "default/controller"  # identity
             assert TAINT_KEY in [t["key"] for t in obj["spec"]["taints"]]
             cond = [c for c in obj["status"]["conditions"] if c["type"] == CONDITION]
             assert cond[0]["status"] == "True"
@@ -103,7 +103,7 @@ def test_report_to_cordon_to_slack_to_uncordon_and_backtest(
             msg = wait("the Slack message", lambda: [m for m in ep.posted if "k8e-007" in m["text"]])[0]
             assert msg["text"].startswith("minutiae: drained k8e-007 (rule needs-remediation)")
             blob = json.dumps(msg)
-            assert "`kubectl uncordon k8e-007`" in blob and "GPU has fallen off the bus." in blob
+            assert "`minutiae resolve k8e-007 --now" in blob and "GPU has fallen off the bus." in blob
             # healthy again: uncordoned after the 2 s healthy delay; the admin's cordon stays.
             # The controller cordons within its 0.5 s step; the critical report stays the latest
             # for 1.5 s more so that the backtest below (1 s steps, the CLI's finest) sees it too.
@@ -125,5 +125,5 @@ def test_report_to_cordon_to_slack_to_uncordon_and_backtest(
     doc = json.loads(capsys.readouterr().out)
     assert [d["action"] for d in doc["nodes"].get("k8e-007", [])] == ["drain", "resume"], (
         doc["summary"], doc["nodes"], doc["alerts"], (tmp_path / "rec" / "reports.jsonl").read_text()[:4000])
-    assert doc["nodes"]["k8e-007"][0]["undo"] == "kubectl uncordon k8e-007"
+    assert doc["nodes"]["k8e-007"][0]["undo"].startswith("minutiae resolve k8e-007 --now")
     assert doc["summary"]["drains"] == 1 and "k8e-003" not in doc["nodes"]

@@ -164,7 +164,7 @@ def test_controller_serviceaccount_can_do_the_whole_drain_and_nothing_else(
         be.drain(node, "xid 79 on gpu 3")
         assert be.states([node])[node].ours  # the bulk read (node + pod lists) is allowed too
         st = be.state(node)
-        assert st.ours and st.reason == "minutiae: xid 79 on gpu 3"
+        assert st.ours and st.reason == "minutiae[default/controller]: xid 79 on gpu 3"
         assert be.evictions[node].evicted == ("mk-rbac/victim",)
         be.annotate(node, "last-check", "ok")
         be.resume(node)
