@@ -138,3 +138,38 @@ def test_garbage_bytes_in_ib_csv(ds: Path) -> None:
     p.write_bytes(b"".join(lines[:4]) + b"\xff\xfe\x13garbage,,\n" + b"".join(lines[4:]))
     [d] = load_history(ds).damage
     assert (d.node, d.harm, d.line) == ("gpu001", Harm.GARBLED, 5) and "not UTF-8" in d.detail
+
+
+def _recorded(root: Path, minutes: int = 10) -> Path:
+    """reports.jsonl in the controller's wire format (the JSON agents post to /v1/reports)."""
+    root.mkdir()
+    lines = [json.dumps({"node": f"gpu{n:03d}", "time": T0 + 60 * k, "status": "ok", "checks": []})
+             for k in range(minutes) for n in (1, 2, 3)]
+    (root / "reports.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_recorded_fleet_node_that_never_reports_is_unknown_and_counted_silent(tmp_path: Path) -> None:
+    root = _recorded(tmp_path / "rec")
+    (root / "fleet.csv").write_text("node,rack\ngpu001,r1\ngpu002,r1\ngpu003,r2\ngpu004,r2\n")
+    h = load_history(root)
+    [d] = h.damage
+    assert (d.node, d.path, d.harm) == ("gpu004", "reports.jsonl", Harm.MISSING)
+    assert "gpu004: reports.jsonl missing (listed in fleet.csv, never reports)" in d.message()
+    # known from the start, so reconcile sees it silent (the budget counts it), not absent
+    plan_nodes = {x.node for x in replay(h, load_policy(), fast=False).decisions}
+    assert "gpu004" not in plan_nodes  # silent: neither drained nor resumed
+
+
+def test_recorded_reports_cut_mid_line_is_refused_unless_allowed(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    root = _recorded(tmp_path / "rec")
+    cut(root / "reports.jsonl", 20)
+    assert main(["backtest", str(root)]) == 3
+    assert "reports.jsonl: line 30: not JSON" in capsys.readouterr().err
+    h = load_history(root, allow_damaged=True)
+    [d] = h.damage
+    assert (d.harm, d.line, d.since, d.scope) == (Harm.TRUNCATED, 30, T0 + 9 * 60, None)
+    assert h.end == T0 + 9 * 60 + 60  # the replay ends with the last good report's heartbeat
+    assert main(["backtest", str(root), "--allow-damaged"]) == 0
+    assert "all nodes: reports.jsonl truncated at line 30" in capsys.readouterr().out

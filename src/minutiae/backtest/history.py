@@ -29,7 +29,7 @@ from minutiae.backtest import read as files
 from minutiae.controller.record import RECORD_HEARTBEAT_S
 from minutiae.controller.state import Report
 from minutiae.controller.wire import report_from_json
-from minutiae.errors import DataError, MinutiaeError
+from minutiae.errors import DataError, MinutiaeError, ParseError
 from minutiae.model import Finding
 from minutiae.node.replay import (
     TimedFinding,
@@ -39,7 +39,7 @@ from minutiae.node.replay import (
     log_signals,
 )
 from minutiae.node.result import status_of
-from minutiae.scoring.damage import Damage, unknown_from
+from minutiae.scoring.damage import Damage, Harm, unknown_from
 from minutiae.scoring.truth import TruthEvent, parse_truth_lines
 
 DOMAIN_COLUMNS = ("rack", "leaf", "nvl_domain")
@@ -305,10 +305,15 @@ def load_simulated(root: Path, *, maintenance_window_s: float = 1800.0,
 
 
 def load_recorded(root: Path, *, maintenance_window_s: float = 1800.0,
-                  honour_maintenance: bool = True) -> History:
+                  honour_maintenance: bool = True, allow_damaged: bool = False) -> History:
+    """A recorded history. A line of reports.jsonl that is not JSON, or a damaged fleet.csv,
+    maintenance.csv or jobs.csv, is refused unless ``allow_damaged`` (then the replay stops at
+    it); a node fleet.csv lists that never reports is UNKNOWN (silent) throughout."""
     events: list[NodeEvent] = []
     domains: dict[str, dict[str, str]] = {}
-    for where, line, doc in files.iter_reports(root):
+    where = str(root / "reports.jsonl")
+    docs, cut = files.read_reports(root)
+    for line, doc in docs:
         if not isinstance(doc, dict) or not isinstance(doc.get("time"), int | float):
             raise DataError(f"line {line}: a report needs a numeric time", where)
         try:
@@ -318,26 +323,34 @@ def load_recorded(root: Path, *, maintenance_window_s: float = 1800.0,
         events.append(NodeEvent(rep.time, rep.node, EventKind.REPORT, rep))
         if dom:
             domains.setdefault(rep.node, {}).update(dom)
+    if cut is not None and not allow_damaged:
+        raise ParseError(f"line {cut.line}: {cut.detail}; --allow-damaged replays up to it", where)
     if not events:
-        raise DataError("no reports", str(root / "reports.jsonl"))
-    for r in files.read_csv(root, "fleet.csv", ("node",)):
+        raise DataError("no reports", where)
+    fleet, d1 = files.recorded_csv(root, "fleet.csv", ("node",), None)
+    maint, d2 = files.recorded_csv(root, "maintenance.csv", ("time", "node"), "time")
+    job_rows, d3 = files.recorded_csv(root, "jobs.csv", ("job_id", "start", "end", "nodes"), "start")
+    damage = [d for d in (cut, d1, d2, d3) if d is not None]
+    _check_damage(root, damage, allow_damaged)
+    for r in fleet:
         domains.setdefault(r["node"], {}).update({c: r[c] for c in DOMAIN_COLUMNS if r.get(c)})
-    windows = _windows(files.read_csv(root, "maintenance.csv", ("time", "node")),
-                       maintenance_window_s, str(root / "maintenance.csv"))
+    windows = _windows(maint, maintenance_window_s, str(root / "maintenance.csv"))
     if honour_maintenance:  # the reports themselves are what was recorded: only the scheduler view
         for w in windows:
             events += [NodeEvent(w.start, w.node, EventKind.DOWN),
                        NodeEvent(w.end, w.node, EventKind.UP)]
-    events.extend(_jobs(files.read_csv(root, "jobs.csv", ("job_id", "start", "end", "nodes")),
-                        str(root / "jobs.csv")))
+    events.extend(_jobs(job_rows, str(root / "jobs.csv")))
     events.sort(key=lambda e: (e.time, e.node, e.kind.value))
     nodes = tuple(sorted({e.node for e in events} | set(domains)))
     start = min(e.time for e in events)
+    reported = {e.node for e in events if e.kind is EventKind.REPORT}
+    damage += [Damage("reports.jsonl", Harm.MISSING, start, n, detail="listed in fleet.csv, never reports")
+               for n in nodes if n not in reported]
     # the recorder writes every node at least once a minute while it runs, so the last report
     # still held for a minute after the last line
     end = max(e.time for e in events) + RECORD_HEARTBEAT_S
     return History(str(root), files.RECORDED, start, end, nodes, domains, tuple(events),
-                   tuple(windows), honour_maintenance=honour_maintenance)
+                   tuple(windows), honour_maintenance=honour_maintenance, damage=tuple(damage))
 
 
 def load_history(root: str | Path, *, maintenance_window_s: float = 1800.0,
@@ -349,4 +362,4 @@ def load_history(root: str | Path, *, maintenance_window_s: float = 1800.0,
                               honour_maintenance=honour_maintenance, jobs=jobs,
                               allow_damaged=allow_damaged)
     return load_recorded(p, maintenance_window_s=maintenance_window_s,
-                         honour_maintenance=honour_maintenance)
+                         honour_maintenance=honour_maintenance, allow_damaged=allow_damaged)

@@ -16,17 +16,15 @@ end. The damage is returned beside the good part, never hidden: the replay makes
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from minutiae.errors import InputError, ParseError
 from minutiae.inputs import read_bounded
-from minutiae.node.replay import parse_csv
 from minutiae.scoring.damage import Damage, Harm
+from minutiae.scoring.read_damage import ends_with_newline, scan_csv
 from minutiae.scoring.read_damage import read_node as read_node
-from minutiae.scoring.read_damage import scan_csv
 
 SIMULATED = "simulated"
 RECORDED = "recorded"
@@ -61,14 +59,6 @@ def read_meta(root: Path) -> dict[str, Any]:
     return meta
 
 
-def read_csv(root: Path, name: str, required: tuple[str, ...]) -> list[dict[str, str]]:
-    """Rows of ``root/name`` as dicts; [] when the file is absent."""
-    path = root / name
-    if not path.exists():
-        return []
-    return parse_csv(_read_text(path), str(path), required)
-
-
 def read_lines(path: Path) -> list[str]:
     """Lines of a text file; [] when absent."""
     if not path.exists():
@@ -84,16 +74,38 @@ def node_dirs(root: Path) -> list[str]:
         raise InputError(f"cannot list: {exc.strerror or exc}", str(nodes)) from None
 
 
-def iter_reports(root: Path) -> Iterator[tuple[str, int, Any]]:
-    """``(where, line number, decoded JSON)`` per non-empty line of ``reports.jsonl``."""
+def read_reports(root: Path) -> tuple[list[tuple[int, Any]], Damage | None]:
+    """``(line number, decoded JSON)`` per non-empty line of ``reports.jsonl`` up to the first
+    line that is not JSON (a recording cut mid-line, garbage), and that damage: every node is
+    UNKNOWN from the last good report's time (what came after it is not known)."""
     path = root / "reports.jsonl"
-    for i, line in enumerate(read_lines(path), 1):
+    out: list[tuple[int, Any]] = []
+    last = None
+    lines = read_lines(path)
+    for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            yield str(path), i, json.loads(line)
+            doc = json.loads(line)
         except ValueError as exc:
-            raise ParseError(f"line {i}: not JSON ({exc})", str(path)) from None
+            cut = not ends_with_newline(path) and i == len(lines)
+            return out, Damage("reports.jsonl", Harm.TRUNCATED if cut else Harm.GARBLED,
+                               last if last is not None else 0.0, None, i, f"not JSON ({exc})",
+                               fatal=True)
+        out.append((i, doc))
+        t = doc.get("time") if isinstance(doc, dict) else None
+        if isinstance(t, int | float):
+            last = float(t) if last is None else max(last, float(t))
+    return out, None
+
+
+def recorded_csv(root: Path, name: str, required: tuple[str, ...], time_column: str | None
+                 ) -> tuple[list[dict[str, str]], Damage | None]:
+    """An optional CSV beside reports.jsonl: its good rows and its damage (fatal), [] if absent."""
+    _, rows, dmg = scan_csv(root, name, required, time_column, 0.0)
+    if dmg is not None and dmg.harm is Harm.MISSING:
+        return [], None
+    return rows, replace(dmg, fatal=True) if dmg is not None else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,9 +162,12 @@ def replay(history: History, policy: Policy, *, step_s: float = 60.0, scheduler:
     # report (the live controller could not count it as silent before then unless its scheduler
     # listed it, which a recording does not say). A simulated fleet is known from the start, so
     # a node that has not reported yet is silent, as a Slurm controller would count it.
+    # A node with damage (a recorded fleet.csv node that never reports) is known from the start
+    # too: it is UNKNOWN, silent, and the budget counts it.
     known_upfront = history.layout != RECORDED
+    damaged = {d.node for d in history.damage if d.node is not None}
     run = _Run({n: NodeView(n, None, NodeState(n, NodeSchedState.AVAILABLE), history.domains.get(n, {}))
-                for n in history.nodes if known_upfront})
+                for n in history.nodes if known_upfront or n in damaged})
     events = history.events
     i = 0
     steps = 0
