@@ -314,8 +314,10 @@ def merge_over(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
     out = dict(base)
     for k, v in over.items():
         old = out.get(k)
-        deep = isinstance(old, Mapping) and isinstance(v, Mapping) and k not in _WHOLE
-        out[k] = merge_over(old, v) if deep else v
+        if isinstance(old, Mapping) and isinstance(v, Mapping) and k not in _WHOLE:
+            out[k] = merge_over(old, v)
+        else:
+            out[k] = v
     return out
 
 
