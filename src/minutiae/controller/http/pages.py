@@ -53,6 +53,8 @@ def _keep(r: Mapping[str, Any], names: set[str] | None, q: str, health: str,
         return False
     if sched == "silent":
         return bool(r.get("silent"))
+    if sched == "drained" and str(r.get("would") or "").startswith("drained"):
+        return True   # dry-run: would be drained
     return not sched or r.get("sched") == sched
 
 
@@ -73,6 +75,8 @@ def fleet_map(rows: Sequence[Mapping[str, Any]], *, q: str = "", health: str = "
         cls = f"t h-{r['health']}"
         if r.get("sched"):
             cls += f" s-{r['sched']}"
+        if str(r.get("would") or "").startswith("drained"):   # dry-run: what it would do
+            cls += " s-drained would"
         if r.get("silent"):
             cls += " silent"
         n = esc(r["node"])
