@@ -9,6 +9,7 @@ command -v etcd >/dev/null || need+=(etcd-server)
 command -v numactl >/dev/null || need+=(numactl)
 command -v pg_ctl >/dev/null || [ -x /usr/lib/postgresql/15/bin/pg_ctl ] || need+=(postgresql)
 command -v curl >/dev/null || need+=(curl)
+command -v chromium >/dev/null || need+=(chromium)  # the web UI browser test (Playwright)
 command -v openssl >/dev/null || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
