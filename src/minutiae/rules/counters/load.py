@@ -35,7 +35,7 @@ COMPONENT = re.compile(r"[a-z][a-z0-9_]*")
 _KEYS = frozenset({"id", "kind", "component", "metric", "op", "threshold", "other", "offset",
                    "group_by", "bits", "unless", "severity", "action", "message", "example",
                    "description", "when", "for_s", "clear_after_s", "type", "count", "window_s",
-                   "sequence"})
+                   "sequence", "catalog"})
 
 
 def _condition(where: str, rid: str, item: Mapping[str, Any]) -> Condition:
@@ -99,8 +99,11 @@ def build_rules(doc: Mapping[str, Any], where: str = "counters.toml", *,
         when = item.get("when", {})
         if not isinstance(when, dict):
             raise rule_error(where, rid, "when must be a table of metric = value")
+        catalog = item.get("catalog")
+        if catalog not in (None, "xid"):
+            raise rule_error(where, rid, f"catalog must be 'xid' (got {catalog!r})")
         rule = CounterRule(
-            id=rid, kind=kind, component=comp, cond=_condition(where, rid, item),
+            id=rid, kind=kind, component=comp, cond=_condition(where, rid, item), catalog=catalog,
             severity=severity, action=action, message=message,
             unless=tuple(_condition(where, f"{rid}.unless", u) for u in unless),
             when=dict(when), description=str(item.get("description", "")),

@@ -113,6 +113,9 @@ class CounterRule:
     when: Mapping[str, Scalar] = field(default_factory=dict)
     description: str = ""
     gate: Gate | None = None
+    #: "xid": the value is an XID code; severity, action and name come from the XID catalog
+    #: (application XIDs never drain), the rule's own are for codes the catalog lacks
+    catalog: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,13 +303,34 @@ def _finding(rule: CounterRule, comp: str, facts: dict[str, Scalar]) -> Finding:
     pci = ident if kind_ in ("gpu", "pcie") and re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", ident) else None
     data = _Facts(facts)
     data.update(component=comp, device=ident or comp, metric="+".join(rule.cond.metrics))
+    severity, action, code = rule.severity, rule.action, None
+    if rule.catalog == "xid":
+        severity, action, code = _xid(facts.get("value"), severity, action, data)
     message = rule.message.format_map(data)
     attrs = {k: v for k, v in facts.items() if v is not None}
     attrs["metric"] = data["metric"]
+    if code is not None and data.get("name") not in (None, "?"):
+        attrs["name"] = data["name"]
     return Finding(
-        kind=rule.kind, severity=rule.severity, action=rule.action, message=message,
+        kind=rule.kind, severity=severity, action=action, message=message, code=code,
         pci=pci, component=comp, rule=rule.id, attrs=attrs,
     )
+
+
+def _xid(value: Scalar, severity: Severity, action: Action,
+         data: dict[str, Any]) -> tuple[Severity, Action, int | None]:
+    """An XID code's severity and action from the XID catalog (its name into ``data``)."""
+    from minutiae.rules.logs import xid_catalog
+
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        return severity, action, None
+    code = int(value)
+    entry = xid_catalog().get(code)
+    if entry is None:
+        data["name"] = "unknown XID"
+        return severity, action, code
+    data["name"] = entry.name
+    return entry.severity, entry.action, code
 
 
 def baseline_metrics(rules: Sequence[CounterRule]) -> frozenset[str]:

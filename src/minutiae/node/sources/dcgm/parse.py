@@ -3,8 +3,15 @@
 Field names are those of dcgm-exporter's counter CSVs (``DCGM_FI_DEV_*``) and of its 1.x
 compatibility names (``dcgm_*``). Samples carry the labels ``gpu``, ``UUID``, ``pci_bus_id``,
 ``device``, ``modelName``, ``Hostname`` and ``DCGM_FI_DRIVER_VERSION``; the component is
-``gpu:<pci>`` from ``pci_bus_id`` (``gpu:nvidia<N>`` when an old exporter omits it). MIG
-instance samples (``GPU_I_ID``) are skipped: the checks here are per physical GPU.
+``gpu:<pci>`` from ``pci_bus_id`` (``gpu:nvidia<N>`` when an old exporter omits it).
+
+MIG (issue 16): with MIG on, every sample carries ``GPU_I_ID``/``GPU_I_PROFILE`` and device-level
+fields (temperature, ECC, row remapping, XIDs, PCIe, NVLink) repeat once per instance: they are
+read once per physical GPU (the first sample; NVLink totals are not summed over instances), and
+``mig_instances`` counts the instances seen. XIDs: ``DCGM_FI_DEV_XID_ERRORS`` is ``last_xid``;
+``DCGM_EXP_XID_ERRORS_COUNT{xid="N"}`` (the exporter's XID-count collector, per time window) with
+a count > 0 gives ``xid_window`` = the code the XID catalog ranks worst (all such codes in
+``xid_window_codes``); both are judged through the XID catalog by the counter rules.
 Parsing uses prometheus_client's text parser; a line it rejects becomes a ``Problem``.
 """
 
@@ -60,6 +67,34 @@ COMPAT: dict[str, str] = {
 }
 LABEL_FIELDS = {"DCGM_FI_DRIVER_VERSION": "driver_version", "DCGM_FI_DEV_VBIOS_VERSION": "vbios_version",
                 "modelName": "name", "UUID": "uuid"}
+
+
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+
+
+def _xid_count(s: Sample, comp: str, xids: dict[str, list[int]]) -> None:
+    code = s.labels.get("xid", "")
+    if _is_int(code) and s.value is not None and s.value > 0 and int(code) not in xids.get(comp, []):
+        xids.setdefault(comp, []).append(int(code))
+
+
+def _add_xids(b: SnapshotBuilder, comp: str, codes: list[int], exported: bool) -> None:
+    """``xid_window``: the code the XID catalog ranks worst (0 when the collector is on and saw
+    none); ``xid_window_codes``: all of them."""
+    if not exported:
+        return
+    if not codes:
+        b.add(comp, "xid_window", 0)
+        return
+    from minutiae.rules.logs import xid_catalog
+
+    cat = xid_catalog()
+
+    def rank(code: int) -> tuple[int, int]:
+        e = cat.get(code)
+        return (int(e.action), int(e.severity)) if e else (int(cat.unknown_action), int(cat.unknown_severity))
+    b.add(comp, "xid_window", max(codes, key=rank))
+    b.add(comp, "xid_window_codes", ",".join(str(c) for c in sorted(codes)))
 
 
 def _is_int(text: str) -> bool:
@@ -120,43 +155,71 @@ def _add_value(b: SnapshotBuilder, comp: str, metric: str, kind: str, v: float) 
         b.add(comp, metric, int(v))
 
 
-def parse_dcgm(text: str, where: str = "dcgm-exporter") -> Snapshot:
-    """Parse one dcgm-exporter scrape. Raises ``ParseError`` when it holds no DCGM sample at all."""
-    b = SnapshotBuilder(SOURCE)
-    sums: dict[tuple[str, str], int] = {}
-    seen: set[tuple[str, str]] = set()
-    gpus: dict[str, None] = {}
-    driver: str | None = None
-    for s in _samples(text, where, b):
+class _Scrape:
+    """What one scrape adds up to, sample by sample."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.b = SnapshotBuilder(SOURCE)
+        self.sums: dict[tuple[str, str], int] = {}
+        self.seen: set[tuple[str, str]] = set()
+        self.summed: set[tuple[str, str, str]] = set()
+        self.gpus: dict[str, None] = {}
+        self.instances: dict[str, set[str]] = {}
+        self.xids: dict[str, list[int]] = {}
+        self.driver: str | None = None
+
+    def add(self, s: Sample) -> None:
         field = COMPAT.get(s.name, s.name)
-        if not field.startswith("DCGM_") or s.labels.get("GPU_I_ID"):
-            continue
-        comp = _component(s.labels, s.name, where, b)
+        if not field.startswith("DCGM_"):
+            return
+        b = self.b
+        comp = _component(s.labels, s.name, self.where, b)
         if comp is None:
-            continue
-        if comp not in gpus:
-            gpus[comp] = None
+            return
+        if comp not in self.gpus:
+            self.gpus[comp] = None
             for label, metric in LABEL_FIELDS.items():
                 if s.labels.get(label):
                     b.add(comp, metric, s.labels[label])
-            driver = driver or s.labels.get("DCGM_FI_DRIVER_VERSION")
+            self.driver = self.driver or s.labels.get("DCGM_FI_DRIVER_VERSION")
+        if s.labels.get("GPU_I_ID"):
+            self.instances.setdefault(comp, set()).add(s.labels["GPU_I_ID"])
+        if field == XID_COUNT:
+            _xid_count(s, comp, self.xids)
+            return
         spec = FIELDS.get(field)
         if spec is None:
-            continue
+            return
         metric, kind = spec
         v = s.value
         if v is None or math.isnan(v) or math.isinf(v):
-            b.problem(comp, f"{where}: {s.name}", f"not a number: {v!r}")
+            b.problem(comp, f"{self.where}: {s.name}", f"not a number: {v!r}")
         elif kind == "sum":
-            sums[(comp, metric)] = sums.get((comp, metric), 0) + int(v)
-        elif (comp, metric) not in seen:
-            seen.add((comp, metric))
+            key = (comp, field, s.labels.get("link", ""))  # once per GPU, not per MIG instance
+            if key not in self.summed:
+                self.summed.add(key)
+                self.sums[(comp, metric)] = self.sums.get((comp, metric), 0) + int(v)
+        elif (comp, metric) not in self.seen:  # device-level: the first (MIG instance) sample
+            self.seen.add((comp, metric))
             _add_value(b, comp, metric, kind, v)
-    for (comp, metric), total in sums.items():
+
+
+def parse_dcgm(text: str, where: str = "dcgm-exporter") -> Snapshot:
+    """Parse one dcgm-exporter scrape. Raises ``ParseError`` when it holds no DCGM sample at all."""
+    sc = _Scrape(where)
+    for s in _samples(text, where, sc.b):
+        sc.add(s)
+    b = sc.b
+    for (comp, metric), total in sc.sums.items():
         b.add(comp, metric, total)
-    if not gpus:
+    for comp, ids in sc.instances.items():
+        b.add(comp, "mig_instances", len(ids))
+    for comp in sc.gpus:
+        _add_xids(b, comp, sc.xids.get(comp, []), XID_COUNT in text)
+    if not sc.gpus:
         raise ParseError("no DCGM_FI_* samples (is this a dcgm-exporter /metrics page?)", where)
-    if driver:
-        b.add("node", "driver_version", driver)
-    b.add("node", "gpu_count", len(gpus))
+    if sc.driver:
+        b.add("node", "driver_version", sc.driver)
+    b.add("node", "gpu_count", len(sc.gpus))
     return b.build()
