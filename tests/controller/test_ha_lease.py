@@ -53,3 +53,36 @@ def test_lease_holder_standby_takeover_and_fencing(kubeconfig: str) -> None:
     finally:
         client.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{name}",
                        ok=(200, 202, 404))
+
+
+def test_lease_epoch_fences_the_postgres_store(kubeconfig: str) -> None:
+    """Lease + PostgreSQL store: each takeover writes its epoch into the store, so the old
+    holder's audit-before-act insert is refused in its own transaction."""
+    from ha_support import fresh_schema_dsn
+
+    from minutiae.controller.state import ControllerMemory
+    from minutiae.controller.store.postgres import PgStore
+    from minutiae.errors import StoreError
+
+    dsn = fresh_schema_dsn()
+    client = KubeClient(load_kubeconfig(kubeconfig))
+    name = "minutiae-test-" + uuid.uuid4().hex[:8]
+    clock = SystemClock()
+    sa, sb = PgStore(dsn, identity="ctl-a", size=1), PgStore(dsn, identity="ctl-b", size=1)
+    a = KubeLeaseLeadership(client, "ctl-a", clock, name=name, lease_s=2.0, on_won=sa.set_epoch)
+    b = KubeLeaseLeadership(client, "ctl-b", clock, name=name, lease_s=2.0, on_won=sb.set_epoch)
+    empty = ControllerMemory()
+    try:
+        assert a.acquire() and a.fence() == 1
+        assert sa.begin_batch(empty, empty, [], False, epoch=a.fence()) == []
+        t0 = time.monotonic()
+        while not b.acquire():                      # a stops renewing
+            assert time.monotonic() - t0 < 15.0
+            time.sleep(0.2)
+        assert b.fence() == 2
+        with pytest.raises(StoreError, match="fenced: epoch 1 is no longer the leader's"):
+            sa.begin_batch(empty, empty, [], False, epoch=1)
+        assert sb.begin_batch(empty, empty, [], False, epoch=2) == []
+    finally:
+        client.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{name}",
+                       ok=(200, 202, 404))

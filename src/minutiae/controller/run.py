@@ -59,7 +59,9 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     record = os.environ.get("MINUTIAE_RECORD")
     # one actor per SQLite file: a second `serve` on it is a standby (reads and reports only)
     # PostgreSQL (--store postgresql://…): replicas share it, one leads (controller/ha/)
-    store, lead = open_replica(db, f"{owner}@{socket.gethostname()}:{os.getpid()}", clock)
+    # MINUTIAE_LEASE=NAMESPACE/NAME: elect by a Kubernetes Lease instead (PostgreSQL store)
+    store, lead = open_replica(db, f"{owner}@{socket.gethostname()}:{os.getpid()}", clock,
+                               lease=os.environ.get("MINUTIAE_LEASE"), kubeconfig=kubeconfig)
     from minutiae.controller.decisionlog import JsonLog
 
     # one JSON line per decision and per problem on stderr (MINUTIAE_LOG_JSON=0: off)

@@ -17,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from minutiae.clock import Clock
 from minutiae.controller.leadership import LeaderStatus, Role
-from minutiae.errors import BackendError
+from minutiae.errors import BackendError, MinutiaeError
 from minutiae.schedulers.kubernetes.http import KubeAPIError, KubeClient
 
 __all__ = ["KubeLeaseLeadership"]
@@ -37,8 +38,12 @@ class KubeLeaseLeadership:
 
     def __init__(self, client: KubeClient, identity: str, clock: Clock, *,
                  namespace: str = "default", name: str = "minutiae-controller",
-                 lease_s: float = 6.0, renew_s: float = 1.0) -> None:
+                 lease_s: float = 6.0, renew_s: float = 1.0,
+                 on_won: Callable[[int, str, float], None] | None = None) -> None:
         self.client = client
+        #: told (epoch, identity, since) on each takeover, before we act: ``PgStore.set_epoch``
+        #: so the store's fenced inserts refuse the previous holder
+        self.on_won = on_won
         self.identity = identity
         self.clock = clock
         self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
@@ -188,5 +193,12 @@ class KubeLeaseLeadership:
 
     def _won(self, got: dict[str, Any], t0: float, now: float) -> None:
         self._observe(got, t0)
-        self._epoch = int(got.get("spec", {}).get("leaseTransitions", 0)) + 1
+        epoch = int(got.get("spec", {}).get("leaseTransitions", 0)) + 1
+        if self.on_won is not None:
+            try:
+                self.on_won(epoch, self.identity, now)
+            except MinutiaeError as exc:   # store unreachable: leader of nothing, don't act
+                self._error = f"won the Lease but cannot record epoch {epoch}: {exc}"
+                return
+        self._epoch = epoch
         self._good, self._since = t0, now

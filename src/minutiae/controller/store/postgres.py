@@ -246,6 +246,16 @@ class PgStore:
             return ids
         return self._tx(tx)
 
+    def set_epoch(self, epoch: int, holder: str, since: float) -> None:
+        """Record a leader elected elsewhere (a Kubernetes Lease) as the store's epoch, so the
+        fenced inserts refuse the previous holder; never moves the epoch backwards."""
+        self._tx(lambda ex: ex(
+            "INSERT INTO leader(id, epoch, holder, backend_pid, since, renewed) "
+            "VALUES(1, ?, ?, pg_backend_pid(), ?, now()) ON CONFLICT(id) DO UPDATE SET "
+            "epoch=GREATEST(leader.epoch, excluded.epoch), holder=excluded.holder, "
+            "since=excluded.since, renewed=now() WHERE leader.epoch <= excluded.epoch",
+            (epoch, holder, since)))
+
     def claim(self, audit_id: int, epoch: int) -> bool:
         """Take a pending row left by an earlier leader (fenced like ``begin_batch``): True
         when it is still pending and now carries ``epoch``."""
