@@ -3,12 +3,42 @@ runs see every job the controller heard about. Called by ``POST /v1/timings``.""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from minutiae.controller.store import Store
+from minutiae.errors import DataError
 from minutiae.history.from_timings import run_from_timings
 from minutiae.history.record import RunRecord
 from minutiae.history.store import RunStore, record_run
+
+#: bounds of a posted timing: steps exact in a float, ranks of a 16 M-GPU job, a week per step
+MAX_STEP = 1 << 53
+MAX_RANK = 1 << 24
+MAX_STEP_SECONDS = 7 * 86400.0
+MAX_TIME = 1e11   # Unix seconds (year 5138)
+
+
+def check_timing(step: int, rank: int | None, seconds: float, where: str = "timings") -> None:
+    """Refuse (``DataError``, HTTP 422) a step timing no job can have, before it is stored."""
+    if not 0 <= step <= MAX_STEP:
+        raise DataError(f"step {step} is outside 0..{MAX_STEP}", where)
+    if rank is not None and not 0 <= rank < MAX_RANK:
+        raise DataError(f"rank {rank} is outside 0..{MAX_RANK - 1}", where)
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_STEP_SECONDS):
+        raise DataError(f"{seconds} seconds per step is outside 0..{MAX_STEP_SECONDS:g}", where)
+
+
+def check_span(start: float | None, end: float | None, gpus: int | None,
+               where: str = "timings") -> None:
+    """Refuse a job start/end that is not a finite Unix time, or a GPU count beyond ranks."""
+    for name, t in (("start", start), ("end", end)):
+        if t is not None and not (math.isfinite(t) and 0 <= t <= MAX_TIME):
+            raise DataError(f"{name} {t} is not a Unix time", where)
+    if start is not None and end is not None and end < start:
+        raise DataError(f"end {end} is before start {start}", where)
+    if gpus is not None and not 1 <= gpus <= MAX_RANK:
+        raise DataError(f"gpus {gpus} is outside 1..{MAX_RANK}", where)
 
 
 def record_job_run(store: Store, job: str, *, signature: str | None = None,

@@ -7,7 +7,10 @@ thread pool), middleware and response encoding than in the controller's own work
 guarantees, then hands every other request to FastAPI unchanged:
 
 - body limit (``413``) for every request, from ``content-length`` and while reading a chunked
-  body;
+  body; a body that does not arrive within ``body_timeout`` seconds is a ``408``;
+- every JSON body (the hot ones and any ``POST``/``PUT``/``PATCH`` handed on to FastAPI) is
+  checked by ``minutiae.controller.wire.check_json`` before anything parses it: too deep,
+  ``NaN``/``Infinity`` or an out-of-range number is a ``422``;
 - bearer token compared in constant time (``401`` with ``WWW-Authenticate``);
 - the handler validates (``minutiae.controller.wire``) and ingests; a ``MinutiaeError`` is a
   ``422`` naming the field (``409`` for :class:`Conflict`), never a traceback.
@@ -18,11 +21,13 @@ still describe them (and they call the same handlers).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
+from minutiae.controller.wire import check_json
 from minutiae.errors import AuthError, BackendError, InputError, MinutiaeError, StoreError
 
 Scope = MutableMapping[str, Any]
@@ -34,6 +39,17 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Handler = Callable[[bytes], tuple[int, Any]]
 
 _JSON = [(b"content-type", b"application/json")]
+#: seconds a request body may take to arrive (a client that sends headers, then stalls)
+BODY_TIMEOUT = 10.0
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+
+
+class _Refused(Exception):
+    """A body that could not be read: (HTTP status, why, metrics label)."""
+
+    def __init__(self, code: int, why: str, label: str) -> None:
+        super().__init__(why)
+        self.code, self.label = code, label
 
 
 class Conflict(InputError):
@@ -69,7 +85,8 @@ class FastPath:
     def __init__(self, app: ASGIApp, *, token: str, handlers: Mapping[str, Handler],
                  refused: Callable[[str], None], max_body: int,
                  scoped: Callable[[bytes], str | None] | None = None,
-                 only_node: Callable[[bytes, str], None] | None = None) -> None:
+                 only_node: Callable[[bytes, str], None] | None = None,
+                 body_timeout: float = BODY_TIMEOUT) -> None:
         self.app = app
         #: a per-node agent token → its node (``agent_tokens.AgentTokens.node_for``), and the
         #: check that a body is that node's (raises ``Forbidden``)
@@ -78,6 +95,7 @@ class FastPath:
         self.handlers = dict(handlers)
         self.refused = refused
         self.max_body = max_body
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -96,7 +114,7 @@ class FastPath:
             return
         handler = self.handlers.get(scope["path"]) if scope["method"] == "POST" else None
         if handler is None:
-            await self.app(scope, receive, send)
+            await self._framework(scope, receive, send)
             return
         node = None
         if not hmac.compare_digest(auth, self.expected):
@@ -106,31 +124,87 @@ class FastPath:
             await _answer(send, 401, {"detail": "missing or invalid bearer token"},
                           [(b"www-authenticate", b"Bearer")])
             return
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                return
-            part = msg.get("body", b"")
-            size += len(part)
-            if size > self.max_body:
-                self.refused("too_large")
-                await _answer(send, 413, {"detail": f"body over {self.max_body} bytes"})
-                return
-            chunks.append(part)
-            more = msg.get("more_body", False)
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         try:
+            body = await self._body(receive)
+            check_json(body)
             if node is not None and self.only_node is not None:
                 self.only_node(body, node)
             code, out = handler(body)
+        except _Refused as exc:
+            self.refused(exc.label)
+            await _answer(send, exc.code, {"detail": str(exc)})
+            return
+        except _Gone:
+            return
         except MinutiaeError as exc:
             self.refused(type(exc).__name__)
             await _answer(send, status_for(exc), {"detail": str(exc)})
             return
         await _answer(send, code, out)
+
+    async def _framework(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Hand on to FastAPI; a JSON body is read (bounded, timed) and checked first."""
+        if scope["method"] not in _WITH_BODY or not _is_json(scope):
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await self._body(receive)
+            check_json(body)
+        except _Refused as exc:
+            self.refused(exc.label)
+            await _answer(send, exc.code, {"detail": str(exc)})
+            return
+        except _Gone:
+            return
+        except MinutiaeError as exc:
+            self.refused(type(exc).__name__)
+            await _answer(send, status_for(exc), {"detail": str(exc)})
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()   # after the body: wait for the disconnect, as before
+
+        await self.app(scope, replay, send)
+
+    async def _body(self, receive: Receive) -> bytes:
+        """The whole body, at most ``max_body`` bytes, within ``body_timeout`` seconds."""
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout
+        while more:
+            try:
+                msg = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                raise _Refused(408, f"body not received within {self.body_timeout:g} s",
+                               "timeout") from None
+            if msg["type"] == "http.disconnect":
+                raise _Gone
+            part = msg.get("body", b"")
+            size += len(part)
+            if size > self.max_body:
+                raise _Refused(413, f"body over {self.max_body} bytes", "too_large")
+            chunks.append(part)
+            more = msg.get("more_body", False)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class _Gone(Exception):
+    """The client went away while its body was read."""
+
+
+def _is_json(scope: Scope) -> bool:
+    """FastAPI parses a body as JSON when its content type says so or is missing."""
+    for k, v in scope["headers"]:
+        if k == b"content-type":
+            return b"json" in v.lower()
+    return True
 
 
 async def _answer(send: Send, code: int, payload: Any,

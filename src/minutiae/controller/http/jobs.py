@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.params import Depends
 
 from minutiae.controller.http.models import TimingsIn, ToleranceIn
-from minutiae.controller.runs import record_job_run
+from minutiae.controller.runs import check_span, check_timing, record_job_run
 from minutiae.controller.service import Controller
 from minutiae.controller.wire import validate_job
 from minutiae.errors import DataError
@@ -24,8 +24,10 @@ def router(controller: Controller, auth: Sequence[Depends]) -> APIRouter:
     async def post_timings(t: TimingsIn) -> dict[str, Any]:
         now = controller.clock.now()
         validate_job(t.job)
+        check_span(t.start, t.end, t.gpus)
         rows = []
         for s in t.steps:
+            check_timing(s.step, s.rank, s.seconds)
             if s.node is not None:
                 validate_node(s.node)
             rows.append((t.job, s.step, s.rank, s.node, s.seconds, now))
