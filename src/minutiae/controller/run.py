@@ -2,13 +2,106 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from dataclasses import replace
+from typing import Any
 
 from minutiae.clock import SystemClock
 from minutiae.controller.policy import load_policy
 from minutiae.controller.service import Controller
 from minutiae.errors import ConfigError
 from minutiae.schedulers import make_backend
+
+#: seconds a client has to send a request's whole header block (from connect, or from the end
+#: of the previous response on a kept-alive connection); MINUTIAE_HEADER_TIMEOUT_S overrides
+HEADER_TIMEOUT_S = 10.0
+#: bytes of request line + headers before the connection is dropped
+MAX_HEADER_BYTES = 64 * 1024
+#: seconds an idle kept-alive connection is held
+KEEP_ALIVE_S = 5
+#: open connections at most (uvicorn answers 503 past it), and file descriptors kept for the
+#: store, logs and the scheduler whatever RLIMIT_NOFILE is
+MAX_CONNECTIONS = 4096
+_FD_RESERVE = 64
+
+
+def connection_cap(nofile: int | None = None) -> int:
+    """``MAX_CONNECTIONS``, or fewer so that connections never take the descriptors the store
+    and the scheduler calls need (with ``ulimit -n 256``: 192)."""
+    if nofile is None:
+        import resource
+
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return max(8, min(MAX_CONNECTIONS, nofile - _FD_RESERVE))
+
+
+def guarded_protocol(header_timeout: float, max_header: int = MAX_HEADER_BYTES) -> Any:
+    """uvicorn's httptools protocol with a header-read deadline and a header size cap: a
+    half-open or slowloris connection is closed after ``header_timeout`` seconds instead of
+    holding a file descriptor forever (uvicorn arms no timer before the first request)."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class Guarded(HttpToolsProtocol):
+        _deadline: asyncio.TimerHandle | None = None
+        _pending = 0
+
+        def _arm(self) -> None:
+            self._pending = 0
+            self._deadline = self.loop.call_later(header_timeout, self._expire)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expire(self) -> None:
+            self._deadline = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self._deadline is not None:
+                self._pending += len(data)
+                if self._pending > max_header:
+                    self._disarm()
+                    self.transport.close()
+                    return
+            super().data_received(data)
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            super().on_headers_complete()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and not self.pipeline and self._deadline is None:
+                self._arm()
+
+    return Guarded
+
+
+def http_limits() -> dict[str, Any]:
+    """The uvicorn settings that bound what clients can hold: header deadline and size (the
+    protocol above), idle keep-alive, a connection cap."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        http: Any = "h11"
+    else:
+        timeout = float(os.environ.get("MINUTIAE_HEADER_TIMEOUT_S", HEADER_TIMEOUT_S))
+        http = guarded_protocol(timeout)
+    return {"http": http, "timeout_keep_alive": KEEP_ALIVE_S,
+            "limit_concurrency": connection_cap(),
+            "h11_max_incomplete_event_size": MAX_HEADER_BYTES}
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -33,7 +126,6 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     if act is not None:
         policy = replace(policy, dry_run=not act)
     clock = SystemClock()
-    import os
     import socket
     import sys
 
@@ -91,6 +183,6 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     # a step over 20,000 nodes delays reports by a millisecond or so, not by 5 ms slices
     sys.setswitchinterval(0.001)
     # httptools + uvloop when installed (they are dependencies), no access log, no proxy-header
-    # rewriting (client addresses are not used), no Server header
+    # rewriting (client addresses are not used), no Server header; bounded connections
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                proxy_headers=False, server_header=False, http="auto", loop="auto")
+                proxy_headers=False, server_header=False, loop="auto", **http_limits())
