@@ -149,7 +149,7 @@ def _down_in(doc: dict[str, object]) -> list[str]:
     assert isinstance(checks, list) and isinstance(notes, list)
     alarmed = [f["component"] for c in checks for f in c["findings"] if f["kind"] == "ib_port_down"]
     pending = [f"ib:{n.split(': ')[1]}" for n in notes if n.startswith("pending ib.port-down: ")]
-    return alarmed + pending
+    return sorted(set(alarmed + pending))  # a pending port is also a WARNING finding (docs/check.md)
 
 
 def test_cli_proc_root_gives_the_grace(down_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

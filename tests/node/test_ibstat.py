@@ -72,3 +72,38 @@ def test_not_ibstat() -> None:
 def test_never_crashes(text: str) -> None:
     with contextlib.suppress(ParseError):
         parse_ibstat("CA 'mlx5_0'\n\tPort 1:\n" + text, "fuzz")
+
+
+# issue 16: an ibstat port "State: Down" with "Physical state: LinkUp" (the link trained, the
+# subnet manager has not brought it up) passed as "all checks passed", exit 0. The layout is
+# ibstat's (infiniband-diags ibstat.c: "State:", "Physical state:", "Rate:", ...).
+DOWN_LINKUP = """CA 'mlx5_0'
+\tCA type: MT4123
+\tNumber of ports: 1
+\tFirmware version: 20.31.1014
+\tHardware version: 0
+\tNode GUID: 0x1070fd0300153530
+\tSystem image GUID: 0x1070fd0300153530
+\tPort 1:
+\t\tState: Down
+\t\tPhysical state: LinkUp
+\t\tRate: 200
+\t\tBase lid: 0
+\t\tLMC: 0
+\t\tSM lid: 0
+\t\tCapability mask: 0x2651e848
+\t\tPort GUID: 0x1070fd0300153530
+\t\tLink layer: InfiniBand
+"""
+
+
+def test_down_while_linkup_is_judged_one_shot_warning(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from minutiae.cli.main import main
+
+    f = tmp_path / "ibstat.txt"
+    f.write_text(DOWN_LINKUP)
+    rc = main(["check", "--no-nvml", "--checks", "ib", "--ibstat", str(f)])
+    out = capsys.readouterr().out
+    assert rc == 1, out  # docs/check.md: a pending port-down exits WARNING in a one-shot check
+    assert "pending" in out and "mlx5_0/1: port state DOWN" in out and "all checks passed" not in out

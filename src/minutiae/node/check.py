@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from minutiae.clock import Clock
 from minutiae.errors import InputError, MinutiaeError
-from minutiae.model import Action, CheckResult, Finding, Observation, Status
+from minutiae.model import Action, CheckResult, Finding, Observation, Severity, Status
 from minutiae.model.findings import Scalar
 from minutiae.model.snapshot import Snapshot
 from minutiae.node.config import CheckConfig, parse_checks
@@ -227,6 +227,7 @@ def counter_findings(
                 notes.append("counter-rule timers were damaged in the state file; they start again")
         out = gated_findings(rules, verdicts, now, state, node)
         found.extend(out.findings)
+        found.extend(_pending_faults(verdicts, out.findings))
         notes.extend(out.pending)
         memory.gates = out.state.to_dict() if any(out.state.rules.values()) else None
     by_check: dict[str, list[Finding]] = {}
@@ -234,6 +235,23 @@ def counter_findings(
         prefix = (f.component or "node").split(":", 1)[0]
         by_check.setdefault(_CHECK_OF_COMPONENT.get(prefix, prefix), []).append(f)
     return by_check, notes
+
+
+def _pending_faults(verdicts: Sequence[Any], alarmed: Sequence[Finding]) -> list[Finding]:
+    """A gated error/critical condition that holds but has not held long enough (a port down
+    for less than its 120 s) is a WARNING now, not OK (docs/check.md): its check says something
+    is wrong while the timer runs; the rule's own severity and action come once it alarms."""
+    done = {(f.rule, f.component) for f in alarmed}
+    out: list[Finding] = []
+    for v in verdicts:
+        r = v.rule
+        if (v.holds and r.gate is not None and not r.gate.flap and r.severity >= Severity.ERROR
+                and (r.id, v.component) not in done):
+            f = v.finding()
+            out.append(replace(f, severity=Severity.WARNING, action=Action.NONE,
+                               message=f"pending ({r.gate.for_s:.0f} s to alarm): {f.message}",
+                               attrs={**f.attrs, "pending": True}))
+    return out
 
 
 def _keep_baselines(mem: CheckMemory, all_obs: Sequence[Observation], now: float,
