@@ -1,0 +1,97 @@
+"""Web UI at 20,000 nodes: latency of every /ui request (median, p95, max) next to the JSON
+read it is built from (``/v1/nodes``, ``/v1/status``) in the same process, as a ratio; the
+machine load while measuring. Goal (issue 14): no request over 200 ms.
+
+    .venv/bin/python bench/ui/bench_ui.py [--nodes 20000] [--reps 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from minutiae.controller.http.api import make_app
+from minutiae.controller.policy import load_policy
+from minutiae.controller.service import Controller
+from minutiae.controller.store import Store
+from minutiae.schedulers.recording import RecordingBackend
+from minutiae.testing import FakeClock
+
+TOKEN = "bench-token-0123456789abcdef"
+XID = {"kind": "xid", "code": 79, "severity": "critical", "action": "reboot",
+       "message": "GPU has fallen off the bus"}
+
+
+def _fleet(n: int, tmp: Path) -> TestClient:
+    be = RecordingBackend(name="slurm")
+    for i in range(n):
+        be.add_node(f"gpu{i:05d}")
+    ctl = Controller(Store(tmp / "c.db"), be, replace(load_policy(), dry_run=False), FakeClock())
+    c = TestClient(make_app(ctl, TOKEN))
+    h = {"Authorization": f"Bearer {TOKEN}"}
+    for i in range(n):
+        bad = i % 997 == 0
+        st = "critical" if bad else "ok"
+        c.post("/v1/reports", headers=h, json={
+            "node": f"gpu{i:05d}", "status": st,
+            "domains": {"rack": f"r{i // 32:04d}", "leaf": f"l{i // 512:03d}",
+                        "nvl_domain": f"nvl{i // 72:04d}"},
+            "checks": [{"check": "gpu", "status": st, "findings": [XID] if bad else []}]})
+    ctl.step()
+    return c
+
+
+def _time(c: TestClient, path: str, reps: int, **params: str) -> list[float]:
+    out = []
+    c.get(path, params=params)   # warm-up (the UI's first request builds its snapshot)
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        r = c.get(path, params=params)
+        out.append(time.perf_counter() - t0)
+        assert r.status_code == 200, (path, r.status_code)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=20_000)
+    ap.add_argument("--reps", type=int, default=15)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        c = _fleet(a.nodes, Path(d))
+        load0 = os.getloadavg()
+        base = {"/v1/nodes": _time(c, "/v1/nodes", a.reps),
+                "/v1/status": _time(c, "/v1/status", a.reps)}
+        ui = {
+            "/ui": _time(c, "/ui", a.reps),
+            "/ui/static/htmx.min.js": _time(c, "/ui/static/htmx.min.js", a.reps),
+            "/ui/fragments/status": _time(c, "/ui/fragments/status", a.reps),
+            "/ui/fragments/map (all)": _time(c, "/ui/fragments/map", a.reps),
+            "/ui/fragments/map?sched=drained": _time(c, "/ui/fragments/map", a.reps,
+                                                    sched="drained"),
+            "/ui/fragments/map?q=range": _time(c, "/ui/fragments/map", a.reps,
+                                              q="gpu[00000-04999]", group="leaf"),
+            "/ui/fragments/node/gpu00997": _time(c, "/ui/fragments/node/gpu00997", a.reps),
+            "/ui/fragments/audit": _time(c, "/ui/fragments/audit", a.reps),
+        }
+        load1 = os.getloadavg()
+    ref = statistics.median(base["/v1/nodes"])
+    print(f"{a.nodes} nodes, {a.reps} reps; load {load0[0]:.2f} -> {load1[0]:.2f} "
+          f"(cores {os.cpu_count()})")
+    print(f"{'request':36s} {'median ms':>10s} {'p95 ms':>8s} {'max ms':>8s} {'x /v1/nodes':>12s}")
+    for name, ts in {**base, **ui}.items():
+        s = sorted(ts)
+        med = statistics.median(s)
+        print(f"{name:36s} {1e3 * med:10.1f} {1e3 * s[int(0.95 * (len(s) - 1))]:8.1f} "
+              f"{1e3 * s[-1]:8.1f} {med / ref:12.2f}")
+
+
+if __name__ == "__main__":
+    main()
