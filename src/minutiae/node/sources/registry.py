@@ -12,6 +12,7 @@ from minutiae.node.sources.kernel_log.source import KMSG
 from minutiae.node.sources.nvidia_smi.source import NVIDIA_SMI, NVLINK
 from minutiae.node.sources.nvml_source import NVML
 from minutiae.node.sources.pcie.source import PCIE
+from minutiae.node.sources.perfquery.source import PERFQUERY
 from minutiae.node.sources.taint.source import TAINT
 from minutiae.node.sources.uptime.source import UPTIME_SOURCE
 
@@ -22,6 +23,7 @@ REGISTRY: tuple[NodeSource, ...] = (
     NVML,           # gpu: NVML, when no capture is given
     NVLINK,         # gpu: NVLink states from a capture, matched by UUID
     IBSTAT,         # ib: an ibstat/ibstatus capture
+    PERFQUERY,      # ib: a perfquery -x capture (port error counters)
     SYSFS_IB,       # ib: sysfs, when no capture is given
     PCIE,           # pcie: sysfs
     KMSG,           # kernel_log: /dev/kmsg or a file

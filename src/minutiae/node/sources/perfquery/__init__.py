@@ -1,0 +1,1 @@
+"""perfquery: InfiniBand port counters from ``perfquery -x`` / ``perfquery -e -x`` text."""
