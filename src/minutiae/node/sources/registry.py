@@ -8,6 +8,7 @@ from __future__ import annotations
 from minutiae.node.sources.base import NodeSource
 from minutiae.node.sources.dcgm.source import DCGM
 from minutiae.node.sources.ib.source import IBSTAT, SYSFS_IB
+from minutiae.node.sources.ibv_devinfo.source import IBV_DEVINFO
 from minutiae.node.sources.kernel_log.source import KMSG
 from minutiae.node.sources.nvidia_smi.source import NVIDIA_SMI, NVLINK
 from minutiae.node.sources.nvml_source import NVML
@@ -24,6 +25,7 @@ REGISTRY: tuple[NodeSource, ...] = (
     NVLINK,         # gpu: NVLink states from a capture, matched by UUID
     IBSTAT,         # ib: an ibstat/ibstatus capture
     PERFQUERY,      # ib: a perfquery -x capture (port error counters)
+    IBV_DEVINFO,    # ib: an ibv_devinfo capture (port state, MTU, link layer)
     SYSFS_IB,       # ib: sysfs, when no capture is given
     PCIE,           # pcie: sysfs
     KMSG,           # kernel_log: /dev/kmsg or a file
