@@ -127,3 +127,15 @@ def test_actions_need_session_and_csrf(tmp_path: Path) -> None:
     assert be.nodes["gpu017"].state is NodeSchedState.AVAILABLE
     rows = c.get("/v1/audit", params={"node": "gpu017"}).json()
     assert any(x["action"] == "resolve" and "web UI" in " ".join(x["evidence"]) for x in rows)
+
+
+def test_node_panel_from_the_snapshot_is_the_controllers_explain(tmp_path: Path) -> None:
+    from minutiae.controller.http.ui import explain_from
+
+    ctl, _, _ = _fleet(tmp_path)
+    rows = ctl.node_rows()
+    for node in ("gpu017", "gpu001"):
+        got, want = explain_from(ctl, rows, node), ctl.explain(node)
+        for k in ("why", "health", "current_evidence", "last_action", "undo", "history"):
+            assert got[k] == want[k], (node, k)
+    assert explain_from(ctl, [], "gpu017")["why"] == ctl.explain("gpu017")["why"]

@@ -30,7 +30,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from minutiae.controller.http import pages
+from minutiae.controller.reconcile import assess
 from minutiae.controller.service import Controller
+from minutiae.controller.views import explain_view
 from minutiae.errors import MinutiaeError
 from minutiae.schedulers.base import make_reason, validate_node
 
@@ -177,6 +179,21 @@ def router(controller: Controller, token: str,
     return r
 
 
+def explain_from(controller: Controller, rows: list[dict[str, Any]], node: str
+                 ) -> dict[str, Any]:
+    """``explain`` from the snapshot's row (the controller's ``explain`` rebuilds every node's
+    row: 100-300 ms at 20,000 nodes); a node not in the snapshot goes to ``explain``."""
+    row = next((x for x in rows if x["node"] == node), None)
+    if row is None:
+        return controller.explain(node)
+    history = [a.to_json() for a in controller.store.audit(node=node, limit=20)]
+    m = controller.memory.nodes.get(node)
+    a = assess(controller.intake.reports.get(node), controller.policy, controller.clock.now(),
+               m.acked if m else frozenset())
+    return explain_view(node, {**row, "scheduler": controller.scheduler}, history, a,
+                        me=controller.owner)
+
+
 def _fragments(r: APIRouter, controller: Controller, s: Sessions, snap: Snapshot) -> None:
     """The read-only fragments (no token)."""
 
@@ -197,7 +214,7 @@ def _fragments(r: APIRouter, controller: Controller, s: Sessions, snap: Snapshot
     def node(request: Request, node: str) -> str:
         try:
             validate_node(node)
-            ex = controller.explain(node)
+            ex = explain_from(controller, snap.get()[0], node)
         except MinutiaeError as exc:
             return pages.esc(str(exc))
         return pages.node_panel(ex, authed(request) is not None)
