@@ -73,7 +73,7 @@ def fleet_map(rows: Sequence[Mapping[str, Any]], *, q: str = "", health: str = "
         g = "all nodes" if key == "none" else \
             f"{key} {r.get('domains', {}).get(key) or '(none)'}"
         cls = f"t h-{r['health']}"
-        if r.get("sched"):
+        if r.get("sched") and r["sched"] != "available":
             cls += f" s-{r['sched']}"
         if str(r.get("would") or "").startswith("drained"):   # dry-run: what it would do
             cls += " s-drained would"
@@ -81,8 +81,7 @@ def fleet_map(rows: Sequence[Mapping[str, Any]], *, q: str = "", health: str = "
             cls += " silent"
         n = esc(r["node"])
         groups.setdefault(g, []).append(
-            f'<a class="{cls}" data-n="{n}" title="{n} {r["health"]} {esc(r.get("sched"))}">'
-            "</a>")
+            f'<a class="{cls}" data-n="{n}"></a>')   # hover: the page's #hover line
     parts = [f'<p id="count">{total} of {len(rows)} node(s)'
              f'{f" · page {page + 1}" if total > PAGE else ""}</p>']
     for g in sorted(groups):
