@@ -7,7 +7,8 @@ way everywhere, with one line naming the file:
 * a regular file larger than the caller's ``limit``: refused from its size, before any byte is
   read (a 2 GB sparse file costs nothing);
 * a fifo, character device or socket (``/dev/zero``, a pipe that never ends): read up to
-  ``limit`` bytes and refused past it, so memory stays bounded;
+  ``min(limit, STREAM_LIMIT)`` bytes and refused past it, so memory stays bounded (a regular
+  file's size is known up front; a stream's is not, so it gets the smaller cap);
 * binary data (NUL bytes in the first block): refused up front, unless the caller says the format
   is binary (Parquet).
 
@@ -27,11 +28,13 @@ from typing import BinaryIO
 
 from minutiae.errors import InputError
 
-__all__ = ["BINARY_PROBE", "LineStats", "check_path", "iter_lines", "read_bounded", "read_text"]
+__all__ = ["BINARY_PROBE", "STREAM_LIMIT", "LineStats", "check_path", "iter_lines", "read_bounded", "read_text"]
 
 #: bytes inspected for NUL bytes before a text input is accepted
 BINARY_PROBE = 64 * 1024
 _CHUNK = 1 << 20
+#: bytes read at most from a fifo, device or socket, whatever ``limit`` a caller allows a file
+STREAM_LIMIT = 64 << 20
 
 
 def check_path(path: Path, what: str) -> os.stat_result:
@@ -47,21 +50,34 @@ def check_path(path: Path, what: str) -> os.stat_result:
     return st
 
 
-def read_bounded(path: Path, *, limit: int, what: str, binary: bool = False) -> bytes:
-    """The whole of ``path`` (at most ``limit`` bytes), refused with one clear line otherwise."""
+def read_bounded(path: Path, *, limit: int, what: str, binary: bool = False,
+                 magic: bytes = b"") -> bytes:
+    """The whole of ``path`` (at most ``limit`` bytes), refused with one clear line otherwise.
+    ``magic``: binary data is allowed when the file starts with it (Parquet's ``PAR1``), else
+    refused from the first block like any text input."""
     st = check_path(path, what)
-    if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+    if not stat.S_ISREG(st.st_mode):
+        limit = min(limit, STREAM_LIMIT)
+    elif st.st_size > limit:
         raise InputError(f"{st.st_size} bytes is larger than the {limit}-byte limit for a {what}",
                          str(path))
     try:
         with open(path, "rb") as fh:
             head = fh.read(BINARY_PROBE)
-            if not binary and b"\0" in head:
+            allowed = binary or (magic and head.startswith(magic))
+            if not allowed and b"\0" in head:
                 raise InputError(f"binary data (NUL bytes), not a {what}", str(path))
-            rest = fh.read(limit + 1 - len(head)) if len(head) < limit + 1 else b""
+            parts = [head]
+            got = len(head)
+            while head and got <= limit:   # chunks: read(n) would allocate n bytes up front
+                part = fh.read(min(_CHUNK, limit + 1 - got))
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
     except OSError as exc:
         raise InputError(f"cannot read {what}: {exc.strerror or exc}", str(path)) from None
-    data = head + rest
+    data = b"".join(parts)
     if len(data) > limit:
         raise InputError(f"more than the {limit}-byte limit for a {what} (an endless stream?)",
                          str(path))

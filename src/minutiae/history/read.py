@@ -14,19 +14,15 @@ from minutiae.history.record import RunRecord
 from minutiae.history.rollouts import NodeChange, parse_fleet_csv, parse_rollouts_csv
 from minutiae.history.store import RunStore
 from minutiae.history.usage import join_usage, parse_jobs_csv
+from minutiae.inputs import read_bounded
 
 PROM_DEFAULT_WINDOW_S = 30 * 86400.0
+#: a runs/rollouts/fleet CSV read whole (bounded by ``minutiae.inputs``; streams get less)
+MAX_CSV_BYTES = 1 << 30
 
 
 def _text(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError("no such file", str(path)) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a file", str(path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", str(path)) from None
+    data = read_bounded(path, limit=MAX_CSV_BYTES, what="CSV file")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

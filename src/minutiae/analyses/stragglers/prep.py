@@ -33,6 +33,9 @@ from minutiae.analyses.stragglers.table import (
 from minutiae.analyses.stragglers.types import Basis
 from minutiae.errors import DataError
 
+#: rank ids are dense axis indices: a 16 M-rank job at most (a rank id of 2**32 allocated 32 GiB)
+MAX_RANK_ID = 1 << 24
+
 __all__ = ["TimingMatrix", "is_comm", "log_times", "prepare", "prepare_steps"]
 
 MS_RATIO = (200.0, 5000.0)
@@ -139,6 +142,14 @@ def _ms_ranks(medians: np.ndarray, ranks: np.ndarray, warnings: list[str]) -> np
     return none
 
 
+def _checked_ranks(rank: np.ndarray, where: str) -> np.ndarray:
+    """``rank``, or ``DataError`` naming a rank id no job has (the rank axis is dense)."""
+    if rank.size and (int(rank.min()) < 0 or int(rank.max()) >= MAX_RANK_ID):
+        bad = int(rank.max()) if int(rank.max()) >= MAX_RANK_ID else int(rank.min())
+        raise DataError(f"rank id {bad} is outside 0..{MAX_RANK_ID - 1}", where)
+    return rank
+
+
 def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = None,
             ranks: np.ndarray | None = None) -> TimingMatrix:
     """The dense matrices of ``df``; ``ranks`` fixes the rank axis (streaming: rows of unknown
@@ -146,7 +157,7 @@ def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = No
     warnings: list[str] = []
     df, codes, names = normalise(df, where, warnings)
     step = df["step"].to_numpy()
-    rank = df["rank"].to_numpy()
+    rank = _checked_ranks(df["rank"].to_numpy(), where)
     sec = df["seconds"].to_numpy().astype(np.float64)
     steps_u, si = _unique_inverse(step)
     if ranks is None:

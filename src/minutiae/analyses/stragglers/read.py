@@ -15,16 +15,21 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from minutiae.errors import InputError
+from minutiae.inputs import read_bounded
 
 if TYPE_CHECKING:
     from minutiae.analyses.stragglers.formats import TrainLog
 
 
+#: a timing file (CSV, Parquet, training log) read whole; a stream gets inputs.STREAM_LIMIT
+MAX_TIMINGS_BYTES = 4 << 30
+
+
 def read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror or exc})", str(path)) from None
+    """Bounded (``minutiae.inputs``): ``/dev/zero`` or a 2 GB sparse file is one line, exit 3."""
+    if not path.exists():
+        raise InputError("cannot read (No such file or directory)", str(path))
+    return read_bounded(path, limit=MAX_TIMINGS_BYTES, what="timing CSV", magic=b"PAR1")
 
 
 def read_trainlog(paths: list[Path]) -> TrainLog:

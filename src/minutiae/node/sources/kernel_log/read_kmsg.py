@@ -41,8 +41,11 @@ def read_kernel_log(
         st = os.stat(path)
     except OSError as exc:
         raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
-    if stat.S_ISCHR(st.st_mode):
+    if stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 11):
         return _read_kmsg(path, cursor, _boot_id(boot_id_path))
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):   # /dev/zero would never end
+        raise SourceUnavailable(SOURCE, f"{path}: a device is not a kernel log (only /dev/kmsg "
+                                        "is read)")
     return _read_file(path, st, cursor)
 
 
