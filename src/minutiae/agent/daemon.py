@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minutiae.agent.follow import KernelLogFollower
 from minutiae.agent.metrics import AgentMetrics
 from minutiae.agent.push import Pusher
 from minutiae.agent.runner import Agent, AgentConfig, ReportLike
 from minutiae.clock import SystemClock
-from minutiae.errors import ConfigError
+from minutiae.errors import ConfigError, SourceUnavailable
 from minutiae.node.config import CheckConfig, config_from_options, option_defaults
 from minutiae.schedulers.base import validate_node
 
@@ -35,6 +36,8 @@ class AgentOptions:
     domains: Mapping[str, str] = field(default_factory=dict)
     cycles: int | None = None
     sources: Mapping[str, Any] = field(default_factory=dict)
+    #: follow the kernel log between cycles and push a drain-worthy finding at once
+    follow: bool = True
 
 
 def check_config(o: AgentOptions, node: str, state: Path) -> CheckConfig:
@@ -75,6 +78,27 @@ def run_agent(o: AgentOptions) -> None:
                   metrics)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # state is saved after every cycle
+    wake = threading.Event()
+    follower = start_follower(o, cfg, wake, agent)
     agent.log(f"node {node}: checks every {o.interval_s:g}s; metrics on "
-              f"{o.metrics_listen or 'off'}; controller {o.controller or 'none'}")
-    agent.run(o.cycles, stop=stop.is_set)
+              f"{o.metrics_listen or 'off'}; controller {o.controller or 'none'}; kernel-log "
+              f"follow {'on ' + str(cfg.kmsg) if follower else 'off'}")
+    try:
+        agent.run(o.cycles, stop=stop.is_set, wake=wake if follower else None)
+    finally:
+        if follower is not None:
+            follower.stop()
+
+
+def start_follower(o: AgentOptions, cfg: CheckConfig, wake: threading.Event,
+                   agent: Agent) -> KernelLogFollower | None:
+    """The kernel-log follower when asked for and the kernel-log check is on (else None; a
+    log that cannot be opened is said once, and the interval check reports it UNKNOWN)."""
+    if not o.follow or cfg.kmsg is None or "kernel_log" not in cfg.checks:
+        return None
+    try:
+        return KernelLogFollower(cfg.kmsg, wake, year=cfg.year, log=agent.log,
+                                 metrics=agent.metrics).start()
+    except SourceUnavailable as exc:
+        agent.log(f"kernel-log follow off: {exc.reason}")
+        return None

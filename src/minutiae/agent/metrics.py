@@ -46,6 +46,12 @@ class AgentMetrics:
                           "When the last check run finished (epoch s)", registry=r)
         self.push = Counter("minutiae_agent_push", "Report pushes to the controller",
                             ["outcome"], registry=r)
+        self.follow_wakes = Counter("minutiae_agent_follow_wakes",
+                                    "Immediate check cycles woken by the kernel-log follower",
+                                    registry=r)
+        self.follow_skipped = Gauge("minutiae_agent_follow_skipped_bytes",
+                                    "Kernel-log bytes over the follower's rate cap (read by the "
+                                    "interval check instead)", registry=r)
         self.buffered = Gauge("minutiae_agent_buffered_reports",
                               "Reports waiting for the controller", registry=r)
         for outcome in ("ok", "failed", "rejected"):

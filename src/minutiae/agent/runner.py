@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,8 @@ class AgentConfig:
     state_dir: Path | None = None
     domains: Mapping[str, str] = field(default_factory=dict)
     outbox_limit: int = 360
+    #: after a follow wake-up, wait this long so one burst of kernel lines is one push
+    debounce_s: float = 0.05
 
 
 class Agent:
@@ -104,8 +107,11 @@ class Agent:
             if n:
                 self.log(n)
 
-    def run(self, cycles: int | None = None, stop: Callable[[], bool] | None = None) -> None:
-        """Run ``cycles`` cycles (forever when None), one every ``interval_s``."""
+    def run(self, cycles: int | None = None, stop: Callable[[], bool] | None = None,
+            wake: threading.Event | None = None) -> None:
+        """Run ``cycles`` cycles (forever when None), one every ``interval_s``; when ``wake``
+        is set (the kernel-log follower), one extra cycle at once (after ``debounce_s``), the
+        interval schedule unchanged."""
         done = 0
         next_at = self.clock.monotonic()
         while cycles is None or done < cycles:
@@ -119,9 +125,21 @@ class Agent:
             done += 1
             if cycles is not None and done >= cycles:
                 return
-            next_at += self.cfg.interval_s
-            wait = next_at - self.clock.monotonic()
-            if wait < 0:
-                next_at = self.clock.monotonic()
-                wait = 0.0
+            if not self._wait(next_at, wake):
+                next_at += self.cfg.interval_s
+                if next_at < self.clock.monotonic():
+                    next_at = self.clock.monotonic()
+
+    def _wait(self, next_at: float, wake: threading.Event | None) -> bool:
+        """Sleep until the next interval cycle; True when the follower woke us first."""
+        nxt = next_at + self.cfg.interval_s
+        wait = max(0.0, nxt - self.clock.monotonic())
+        if wake is None:
             self.clock.sleep(wait)
+            return False
+        if not wake.wait(wait):
+            return False
+        self.clock.sleep(self.cfg.debounce_s)  # the rest of the burst joins this push
+        wake.clear()
+        self.metrics.follow_wakes.inc()
+        return True

@@ -38,9 +38,12 @@ def _domains(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--domain", "domains", multiple=True,
               help="failure domain KEY=VALUE (rack=, leaf=, nvl_domain=); repeatable")
 @click_options("agent")
+@click.option("--follow/--no-follow", default=True, show_default=True,
+              help="follow the kernel log between runs; push a drain-worthy finding at once")
 @click.option("--cycles", type=int, default=None, help="stop after N runs (default: forever)")
 def command(controller: str | None, token_file: str | None, interval: float, state_dir: str,
             metrics_listen: str, node: str | None, domains: tuple[str, ...], cycles: int | None,
+            follow: bool,
             **sources: Any) -> None:
     """Run the node checks every --interval seconds, serve /metrics, push to the controller."""
     # httpx imports its own command line (rich + pygments, ~4 MiB resident) when those are
@@ -55,4 +58,4 @@ def command(controller: str | None, token_file: str | None, interval: float, sta
     run_agent(AgentOptions(
         controller=controller, token=token, interval_s=interval, state_dir=state_dir,
         metrics_listen=metrics_listen, node=node, domains=_domains(domains), cycles=cycles,
-        sources=sources))
+        sources=sources, follow=follow))

@@ -10,6 +10,7 @@ naming the path.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -59,3 +60,90 @@ def _read_stream(fh: BinaryIO, name: str) -> Iterator[bytes]:
         if not block:
             return
         yield block
+
+
+class KernelLogTail:
+    """Follows a kernel log from its current end (the agent's follow thread): ``poll`` returns
+    the whole lines written since the previous call, non-blocking, at most ``max_bytes`` of them
+    (the rest are skipped and counted in ``skipped_bytes``: the interval check still reads them
+    through its cursor). A file that shrinks or is replaced is followed from its new start;
+    ``/dev/kmsg`` is opened non-blocking at the end of its ring buffer."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.skipped_bytes = 0
+        self._fd: int | None = None
+        self._ident: tuple[int, int] | None = None
+        self._offset = 0
+        self._rest = b""
+        self._open(at_end=True)
+
+    def _open(self, at_end: bool) -> None:
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            raise SourceUnavailable(SOURCE, f"{self.path}: {exc.strerror or exc}") from None
+        self._ident = (st.st_dev, st.st_ino)
+        if stat.S_ISCHR(st.st_mode):
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+                os.lseek(self._fd, 0, os.SEEK_END)  # /dev/kmsg: only records from now on
+            except OSError as exc:
+                raise SourceUnavailable(SOURCE, f"{self.path}: {exc.strerror or exc}") from None
+        else:
+            self._offset = st.st_size if at_end else 0
+            self._rest = b""
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def poll(self, max_bytes: int = 1 << 16) -> bytes:
+        """New whole lines (``b""`` when none)."""
+        if self._fd is not None:
+            return self._poll_kmsg(max_bytes)
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return b""  # rotated away: the next poll finds the new file
+        if (st.st_dev, st.st_ino) != self._ident or st.st_size < self._offset:
+            self._ident, self._offset, self._rest = (st.st_dev, st.st_ino), 0, b""
+        if st.st_size == self._offset:
+            return b""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                block = fh.read(max_bytes)
+        except OSError:
+            return b""
+        self._offset += len(block)
+        if st.st_size > self._offset:  # a flood: skip to the end, counted
+            self.skipped_bytes += st.st_size - self._offset
+            self._offset, block = st.st_size, block + b"\n"
+        block = self._rest + block
+        cut = block.rfind(b"\n") + 1
+        self._rest = block[cut:][-8192:]
+        return block[:cut]
+
+    def _poll_kmsg(self, max_bytes: int) -> bytes:
+        assert self._fd is not None
+        out: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                rec = os.read(self._fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno in (errno.EPIPE, errno.EINVAL):
+                    continue
+                return b"".join(out)
+            if not rec:
+                break
+            if size >= max_bytes:
+                self.skipped_bytes += len(rec)
+                continue
+            out.append(rec if rec.endswith(b"\n") else rec + b"\n")
+            size += len(rec)
+        return b"".join(out)
