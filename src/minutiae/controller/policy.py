@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from minutiae.controller.budget import BudgetConfig, RateLimit, StormConfig
-from minutiae.errors import ConfigError
+from minutiae.errors import ConfigError, InputError
+from minutiae.inputs import read_bounded
 from minutiae.model import Action, Finding, Severity
 
 DEFAULT_POLICY = "default_policy.toml"
@@ -339,9 +340,11 @@ def load_policy(path: str | Path | None = None) -> Policy:
 
 def _read_toml(p: Path) -> dict[str, Any]:
     try:
-        raw = p.read_bytes()
+        raw = read_bounded(p, limit=1 << 20, what="policy file")   # /dev/zero: one line
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read policy: {exc.strerror or exc}") from None
+    except InputError as exc:
+        raise ConfigError(f"cannot read policy: {exc}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
