@@ -1,6 +1,8 @@
 """``minutiae stragglers FILE... [--json] [--follow]`` (thin: parsing and maths live elsewhere).
 
-Exit status: 0 no suspect, 1 suspects or stopped ranks found, 3 unusable input.
+Exit status: 0 no suspect, 1 suspects or stopped ranks found, 3 unusable input. A training log
+with only rank 0's step times (or slowest-rank reports) gets the job-level report instead
+(``joblevel.analyse_job``): 1 when it names a suspect or the step time got slower, else 0.
 """
 
 from __future__ import annotations
@@ -16,17 +18,20 @@ from minutiae.clock import SystemClock
 
 if TYPE_CHECKING:
     from minutiae.analyses.stragglers.analysis import Options
+    from minutiae.analyses.stragglers.formats import TrainLog
     from minutiae.analyses.stragglers.types import StragglerReport
 
 
 def _load(paths: list[Path], fleet: Path | None,
-          ) -> tuple[pl.DataFrame, str, dict[str, str] | None]:
-    from minutiae.analyses.stragglers.read import find_fleet, fleet_leaves, read_timings
+          ) -> tuple[pl.DataFrame | TrainLog, str, dict[str, str] | None]:
+    from minutiae.analyses.stragglers.read import find_fleet, fleet_leaves, read_timings_or_log
 
-    df, notes = read_timings(paths)
+    df, notes = read_timings_or_log(paths)
     for note in notes:
         click.echo(f"minutiae: warning: skipped {note}", err=True)
     where = ", ".join(str(p) for p in paths)
+    if not isinstance(df, pl.DataFrame):
+        return df, where, None
     fleet = fleet or find_fleet(paths)
     leaves = fleet_leaves(fleet) if fleet else None
     return df, where, leaves
@@ -106,12 +111,31 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
     if follow:
         return _follow(list(files), fleet, options, as_json, idle_exit, poll)
     df, where, leaves = _load(list(files), fleet)
+    if not isinstance(df, pl.DataFrame):
+        return _job_level(df, where, as_json, warmup)
     report = analyse_runs(df, where, leaves, options)
     if as_json:
         click.echo(json.dumps(report.to_json()))
     else:
         _table(report)
     return 1 if report.suspects or report.stopped else 0
+
+
+def _job_level(log: TrainLog, where: str, as_json: bool, warmup: int) -> int:
+    from minutiae.analyses.stragglers.formats.view import refusal
+    from minutiae.analyses.stragglers.joblevel import analyse_job
+
+    report = analyse_job(log, warmup=warmup)
+    why = refusal(log)
+    if as_json:
+        click.echo(json.dumps({**report.straggler_json(), "per_rank": why}))
+    else:
+        click.echo(f"minutiae: note: {where}: {why}", err=True)
+        click.echo("no per-rank times in the log: job-level report (step times of one rank, "
+                   "the slowest ranks the log names)")
+        for line in report.lines():
+            click.echo(line)
+    return 1 if report.suspects or report.slowdowns else 0
 
 
 def _follow(paths: list[Path], fleet: Path | None, options: Options, as_json: bool,

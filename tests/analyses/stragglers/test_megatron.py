@@ -98,14 +98,26 @@ def test_stragglers_on_megatron_log(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert 0.15 < s["slowdown"] < 0.25
 
 
-def test_iteration_lines_only_is_a_clear_error(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_iteration_lines_only_get_the_job_level_report(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # rank 0's iteration lines only: no rank comparison (said, with the option that gives one),
+    # but the job-level report: the +6 % from iteration 300 is a finding (exit 1)
+    rng = np.random.default_rng(7)
+    ms = 1000.0 * np.exp(rng.normal(0, 0.01, 600)) * np.where(np.arange(1, 601) >= 300, 1.06, 1.0)
     path = tmp_path / "train.log"
-    path.write_text("\n".join(_iteration(i, 1000.0 + i) for i in range(1, 30)) + "\n")
+    path.write_text("\n".join(_iteration(i, float(ms[i - 1])) for i in range(1, 601)) + "\n")
     rc = main(["stragglers", str(path)])
-    err = capsys.readouterr().err
-    assert rc == 3
-    assert str(path) in err and "29 iteration line(s)" in err and "--timing-log-option all" in err
+    cap = capsys.readouterr()
+    assert rc == 1
+    assert str(path) in cap.err and "600 iteration line(s)" in cap.err
+    assert "--timing-log-option all" in cap.err
+    (change,) = [x for x in cap.out.splitlines() if x.startswith("step time ")]
+    assert change.endswith("% from iteration 300, held")
+    assert float(change.split()[2]) == pytest.approx(6.0, abs=0.5)
+    flat = tmp_path / "flat.log"
+    flat.write_text("\n".join(_iteration(i, 1000.0 + (i % 3)) for i in range(1, 60)) + "\n")
+    assert main(["stragglers", str(flat)]) == 0
+    assert "no lasting change in step time" in capsys.readouterr().out
 
 
 def test_truncated_block_keeps_what_was_read() -> None:

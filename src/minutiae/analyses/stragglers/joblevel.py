@@ -21,6 +21,7 @@ Seam for the straggler CLI: ``analyse_job(log) -> JobReport`` (``log`` from
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ MIN_SEGMENT = 8
 MAX_CHANGES = 6
 #: a rank named the slowest in at least this share of intervals is a suspect
 NAMED_SHARE = 0.5
+#: the node an nvidia-resiliency-ext report line names (``Rank=76 Node=h100-001 Score=0.98``)
+_NODE = re.compile(r"\bNode=(\S+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +96,20 @@ class SlowRank:
     spread: float | None
     suspect: bool
     evidence: tuple[str, ...]
+    since_step: int | None = None   # first interval step the log named it (when printed)
+    node: str | None = None         # ``Node=`` of an NVRx report line
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "source": self.source, "named": self.named,
                 "intervals": self.intervals, "spread": self.spread, "suspect": self.suspect,
+                "evidence": list(self.evidence), "since_step": self.since_step,
+                "node": self.node}
+
+    def suspect_json(self) -> dict[str, Any]:
+        """The straggler CLI contract (DESIGN.md): rank, node, slowdown, since_step."""
+        return {"rank": self.rank, "node": self.node, "slowdown": self.spread,
+                "since_step": self.since_step, "basis": f"named-slowest ({self.source})",
+                "named": self.named, "intervals": self.intervals,
                 "evidence": list(self.evidence)}
 
 
@@ -146,6 +159,17 @@ class JobReport:
                 "after_last_change": self.after_last_change.to_json(),
                 "ranks": [r.to_json() for r in self.ranks],
                 "suspects": [r.rank for r in self.suspects], "notes": list(self.notes)}
+
+    @property
+    def slowdowns(self) -> tuple[ChangePoint, ...]:
+        """Changes that made steps slower (a finding, exit 1 in the straggler CLI)."""
+        return tuple(c for c in self.changes if c.change > 0)
+
+    def straggler_json(self) -> dict[str, Any]:
+        """``minutiae stragglers --json`` on a log without per-rank times: the job-level report
+        with ``suspects`` as objects (rank, node, slowdown, since_step), as for per-rank input."""
+        return {**self.to_json(), "mode": "job-level",
+                "suspects": [r.suspect_json() for r in self.suspects]}
 
 
 def step_series(log: TrainLog) -> tuple[pl.DataFrame, str]:
@@ -238,9 +262,12 @@ def _slow_ranks(evidence: tuple[Evidence, ...]) -> tuple[SlowRank, ...]:
             mine = [e for e in items if e.rank == rank]
             spreads = [e.spread for e in mine if e.spread is not None]
             suspect = n >= 2 and n >= NAMED_SHARE * len(items)
+            steps = [e.step for e in mine if e.step is not None]
+            node = next((m.group(1) for e in mine if (m := _NODE.search(e.line))), None)
             out.append(SlowRank(rank, source, n, len(items),
                                 float(np.median(spreads)) if spreads else None, suspect,
-                                tuple(f"{e.where}: {e.line.strip()}" for e in mine[:3])))
+                                tuple(f"{e.where}: {e.line.strip()}" for e in mine[:3]),
+                                min(steps) if steps else None, node))
     return tuple(sorted(out, key=lambda r: (not r.suspect, -r.named, r.rank)))
 
 

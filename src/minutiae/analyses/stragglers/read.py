@@ -57,6 +57,19 @@ def read_timings(paths: list[Path]) -> tuple[pl.DataFrame, list[str]]:
     """The long timing table of ``paths`` and notes on what was skipped (file:line, count).
     CSV and Parquet files are read as they are; training logs are joined first, so one rank's
     lines in each file still make a per-rank table."""
+    from minutiae.analyses.stragglers.parse import timings_of
+
+    got, notes = read_timings_or_log(paths)
+    if isinstance(got, pl.DataFrame):
+        return got, notes
+    return timings_of(got, ", ".join(str(p) for p in paths)), notes  # raises: the refusal
+
+
+def read_timings_or_log(paths: list[Path]) -> tuple[pl.DataFrame | TrainLog, list[str]]:
+    """As :func:`read_timings`, but training logs of a known format that have no per-rank times
+    (rank 0's step times, slowest-rank reports) come back as the joined ``TrainLog`` for the
+    job-level report (``joblevel.analyse_job``); a log with nothing to report is refused."""
+    from minutiae.analyses.stragglers.formats.view import per_rank
     from minutiae.analyses.stragglers.parse import (
         PARQUET_MAGIC,
         looks_like_csv,
@@ -75,8 +88,11 @@ def read_timings(paths: list[Path]) -> tuple[pl.DataFrame, list[str]]:
     notes: list[str] = []
     if logs:
         log = read_trainlog(logs)
-        frames.append(timings_of(log, ", ".join(str(p) for p in logs)))
         notes = log.notes()
+        has_job = bool(log.formats) and (log.steps.height > 0 or bool(log.evidence))
+        if not frames and has_job and per_rank(log).height == 0:
+            return log, notes
+        frames.append(timings_of(log, ", ".join(str(p) for p in logs)))
     df = frames[0] if len(frames) == 1 else pl.concat(
         [f.select(pl.all().cast(pl.String)) for f in frames], how="diagonal_relaxed")
     return df, notes

@@ -48,9 +48,8 @@ def refusal(log: TrainLog) -> str:
     who = f"rank {ranks[0]} only" if len(ranks) == 1 else "no rank named"
     fmt = log.formats[0]
     advice = _ADVICE["megatron"] if fmt.startswith("megatron") else _ADVICE.get(fmt, "")
-    slowest = (f"; it names the slowest rank of {len(log.evidence)} interval(s): `minutiae "
-               "regress --record-log FILE --run-id ID --signature SIG --db DB` prints the "
-               "job-level report with them") if log.evidence else ""
+    slowest = (f"; it names the slowest rank of {len(log.evidence)} interval(s) (in the "
+               "job-level report of `minutiae stragglers`)") if log.evidence else ""
     lines = "iteration" if fmt.startswith("megatron") else "step"
     return (f"recognised a {' + '.join(log.formats)} log with {log.steps.height} {lines} line(s) "
             f"({who}) but no per-rank times to compare ranks: {advice}{slowest}; {first}")
