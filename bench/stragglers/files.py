@@ -1,0 +1,146 @@
+"""End-to-end speed and memory of ``minutiae stragglers FILE --json`` from files (issue 13, part 7).
+
+    .venv/bin/python bench/stragglers/files.py [--repeats 3] [--only parquet,csv,mid,follow]
+        [--ranks 100000 --steps 1000]
+
+Writes once to ``bench/out/`` (plain numpy generator: log-normal 2 % noise, rank 4242 +10 % from
+the middle step; ``step,rank,seconds``): a Parquet file of RANKS x STEPS, the same data as CSV,
+and a 10,000 x 2,000 Parquet. For each: the whole CLI as a subprocess (wall, peak RSS of that
+child from ``os.wait4``, the per-child form of ``getrusage(RUSAGE_CHILDREN)``), and in the same
+run the nvidia-resiliency-ext rule (``baseline.NvrxBaseline``) on the same file (read + scores),
+side by side as a ratio; medians of ``--repeats``; the load (``os.getloadavg()``) while measuring.
+``follow``: per-step latency of the ``--follow`` path at RANKS ranks (one step's CSV rows parsed
+and fed to ``StragglerStream``), median over 20 steps after the warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "out"
+CLI = [str(ROOT / ".venv" / "bin" / "minutiae"), "stragglers"]
+SLOW_RANK = 4242
+
+
+def make(ranks: int, steps: int, seed: int = 1) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = (1.0 * np.exp(rng.normal(0, 0.02, (steps, ranks)))).astype(np.float32)
+    x[steps // 2:, SLOW_RANK % ranks] *= 1.10
+    return pl.DataFrame({
+        "step": np.repeat(np.arange(steps, dtype=np.int32), ranks),
+        "rank": np.tile(np.arange(ranks, dtype=np.int32), steps),
+        "seconds": x.ravel()})
+
+
+def ensure(path: Path, ranks: int, steps: int) -> Path:
+    if not path.exists():
+        df = make(ranks, steps)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        if path.suffix == ".csv":
+            df.write_csv(tmp)
+        else:
+            df.write_parquet(tmp)
+        tmp.rename(path)
+    return path
+
+
+def cli(path: Path) -> tuple[float, float, int]:
+    """(wall s, peak RSS MiB, exit status) of one ``minutiae stragglers PATH --json``."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen([*CLI, str(path), "--json"], stdout=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, ru.ru_maxrss / 1024, p.returncode
+
+
+def nvrx(path: Path) -> float:
+    """Wall seconds of the NVRx rule on the same file: read, (steps, ranks) matrix, scores."""
+    from minutiae.analyses.stragglers.baseline import NvrxBaseline
+
+    t0 = time.perf_counter()
+    df = pl.read_csv(path) if path.suffix == ".csv" else pl.read_parquet(path)
+    df = df.sort("step", "rank")
+    ranks = int(df["rank"].max()) + 1  # type: ignore[operator]
+    x = df["seconds"].to_numpy().reshape(-1, ranks)
+    b = NvrxBaseline(ranks)
+    b.update(x, np.unique(df["step"].to_numpy()))
+    return time.perf_counter() - t0
+
+
+def measure(name: str, path: Path, repeats: int) -> dict[str, float]:
+    walls, rss, base, loads = [], [], [], []
+    rc = 0
+    for _ in range(repeats):
+        w, r, rc = cli(path)
+        walls.append(w)
+        rss.append(r)
+        base.append(nvrx(path))
+        loads.append(os.getloadavg()[0])
+    row = {"wall": float(np.median(walls)), "rss": float(np.median(rss)),
+           "nvrx": float(np.median(base)), "load": float(np.median(loads))}
+    print(f"{name:28s} minutiae {row['wall']:7.2f} s {row['rss']:7.0f} MiB (exit {rc}) | "
+          f"nvrx rule {row['nvrx']:6.2f} s | ratio {row['wall'] / row['nvrx']:5.2f} | "
+          f"load {row['load']:.1f} | n={repeats} walls={[round(w, 2) for w in walls]}",
+          flush=True)
+    return row
+
+
+def follow(ranks: int, steps: int = 60) -> None:
+    from minutiae.analyses.stragglers.analysis import Options
+    from minutiae.analyses.stragglers.parse import parse_csv
+    from minutiae.analyses.stragglers.stream import StragglerStream
+
+    df = make(ranks, steps)
+    header = "step,rank,seconds"
+    stream = StragglerStream(Options(), "bench", None)
+    lat = []
+    for s in range(steps):
+        chunk = df.filter(pl.col("step") == s).write_csv(include_header=False).encode()
+        t0 = time.perf_counter()
+        stream.feed(parse_csv(chunk, "bench", header))
+        if s >= steps - 20:
+            lat.append(time.perf_counter() - t0)
+    print(f"follow {ranks:,} ranks: per-step latency median {np.median(lat) * 1e3:.1f} ms "
+          f"(p90 {np.percentile(lat, 90) * 1e3:.1f} ms, 20 steps after {steps - 20}) | "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--ranks", type=int, default=100_000)
+    ap.add_argument("--steps", type=int, default=1_000)
+    ap.add_argument("--only", default="parquet,csv,mid,follow")
+    a = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    only = set(a.only.split(","))
+    print(f"cpus {os.cpu_count()}, load before {os.getloadavg()}", flush=True)
+    big = f"{a.ranks // 1000}k_x_{a.steps}"
+    rows: dict[str, dict[str, float]] = {}
+    if "parquet" in only:
+        rows["parquet"] = measure(f"{big} parquet", ensure(OUT / f"{big}.parquet", a.ranks,
+                                                          a.steps), a.repeats)
+    if "csv" in only:
+        rows["csv"] = measure(f"{big} csv", ensure(OUT / f"{big}.csv", a.ranks, a.steps),
+                              a.repeats)
+        if "parquet" in rows:
+            print(f"CSV / Parquet wall ratio {rows['csv']['wall'] / rows['parquet']['wall']:.2f}")
+    if "mid" in only:
+        measure("10k_x_2000 parquet", ensure(OUT / "10k_x_2000.parquet", 10_000, 2_000),
+                a.repeats)
+    if "follow" in only:
+        follow(a.ranks)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
