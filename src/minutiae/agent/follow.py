@@ -1,6 +1,7 @@
 """Follows the kernel log between check cycles: new lines go through the same kernel-log
 parser and rules; a finding that needs an action or raises the verdict (WARNING or worse) wakes
-the agent loop at once, so the full report (read again through the check's cursor) is pushed
+the agent loop at once (``/dev/kmsg``: woken by ``select`` on the record itself; a file: one
+``stat`` every ``poll_s``, 0.2 s), so the full report (read again through the check's cursor) is pushed
 within a fraction of a second instead of at the next interval.
 
 A burst is one push: the loop waits ``debounce_s`` after the first wake before it runs the
@@ -22,7 +23,7 @@ __all__ = ["KernelLogFollower"]
 
 
 class KernelLogFollower:
-    def __init__(self, path: str | Path, wake: threading.Event, *, poll_s: float = 0.05,
+    def __init__(self, path: str | Path, wake: threading.Event, *, poll_s: float = 0.2,
                  max_bytes_per_poll: int = 1 << 16, year: int | None = None,
                  log: Callable[[str], None] | None = None,
                  metrics: AgentMetrics | None = None) -> None:
@@ -64,7 +65,13 @@ class KernelLogFollower:
         return urgent
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.poll_s):
+        while not self._stop.is_set():
+            if self.tail.waits_for_data:  # /dev/kmsg: select, woken by the record itself
+                self.tail.wait(1.0)
+            else:  # a file: a stat every poll_s
+                self._stop.wait(self.poll_s)
+            if self._stop.is_set():
+                return
             try:
                 self.step()
             except Exception as exc:  # the interval check still runs: say so, keep following

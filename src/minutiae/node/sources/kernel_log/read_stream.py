@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import stat
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -93,6 +95,21 @@ class KernelLogTail:
         else:
             self._offset = st.st_size if at_end else 0
             self._rest = b""
+
+    def wait(self, timeout_s: float) -> None:
+        """Block until ``/dev/kmsg`` has a new record or ``timeout_s`` passes (no CPU while
+        idle); a file has no readiness to wait on, so this sleeps ``timeout_s``."""
+        if self._fd is None:
+            time.sleep(timeout_s)
+            return
+        try:
+            select.select([self._fd], [], [], timeout_s)
+        except (OSError, ValueError):
+            time.sleep(timeout_s)
+
+    @property
+    def waits_for_data(self) -> bool:
+        return self._fd is not None
 
     def close(self) -> None:
         if self._fd is not None:
