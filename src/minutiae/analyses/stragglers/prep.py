@@ -150,6 +150,19 @@ def _checked_ranks(rank: np.ndarray, where: str) -> np.ndarray:
     return rank
 
 
+def _dense(lin: np.ndarray, sec: np.ndarray, mask: np.ndarray, shape: tuple[int, int],
+           in_order: bool) -> np.ndarray | None:
+    """The (steps, ranks) matrix of the rows in ``mask`` (repeated cells summed, NaN where none)."""
+    if not mask.any():
+        return None
+    if in_order and mask.all():
+        return sec.reshape(shape)
+    n = shape[0] * shape[1]
+    total = np.bincount(lin[mask], weights=sec[mask], minlength=n)
+    count = np.bincount(lin[mask], minlength=n)
+    return np.where(count > 0, total, np.nan).reshape(shape)
+
+
 def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = None,
             ranks: np.ndarray | None = None) -> TimingMatrix:
     """The dense matrices of ``df``; ``ranks`` fixes the rank axis (streaming: rows of unknown
@@ -175,19 +188,17 @@ def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = No
             warnings.append(f"rows of {np.unique(rank[~known]).size} rank(s) unseen during "
                             "calibration skipped")
     n_s, n_r = steps_u.size, ranks_u.size
-    lin = (si * n_r + ri)[known]
-    sec, codes = sec[known], codes[known]
+    lin = si * n_r + ri
+    if not known.all():
+        lin, sec, codes = lin[known], sec[known], codes[known]
     kinds = np.array([0 if s.lower() in TOTAL_NAMES else (2 if is_comm(s) else 1) for s in names])
     kind = kinds[codes] if codes.size else np.zeros(0, int)
+    # one row per (step, rank) in step-then-rank order (a logger's or the simulator's file):
+    # the matrix is the column itself, no scatter (1.75 s of a 10,000 x 2,000 Parquet)
+    in_order = lin.size == n_s * n_r > 0 and int(lin[0]) == 0 and bool(
+        (lin[1:] - lin[:-1] == 1).all())
 
-    def dense(mask: np.ndarray) -> np.ndarray | None:
-        if not mask.any():
-            return None
-        total = np.bincount(lin[mask], weights=sec[mask], minlength=n_s * n_r)
-        count = np.bincount(lin[mask], minlength=n_s * n_r)
-        return np.where(count > 0, total, np.nan).reshape(n_s, n_r)
-
-    dense64 = [dense(kind == 0), dense(kind == 1), dense(kind == 2)]
+    dense64 = [_dense(lin, sec, kind == k, (n_s, n_r), in_order) for k in (0, 1, 2)]
     # units: a rank reporting ~1000x its peers is in milliseconds (its columns are rescaled)
     if dense64[0] is not None:
         tot = dense64[0]
