@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from minutiae.controller.store import Store
+from minutiae.controller.store.base import ControllerStore
 from minutiae.errors import DataError
 from minutiae.history.from_timings import run_from_timings
 from minutiae.history.record import RunRecord
@@ -41,12 +41,14 @@ def check_span(start: float | None, end: float | None, gpus: int | None,
         raise DataError(f"gpus {gpus} is outside 1..{MAX_RANK}", where)
 
 
-def record_job_run(store: Store, job: str, *, signature: str | None = None,
+def record_job_run(store: ControllerStore, job: str, *, signature: str | None = None,
                    start: float | None = None, end: float | None = None,
                    gpus: int | None = None,
                    versions: Mapping[str, Sequence[str]] | None = None) -> RunRecord:
     """Record ``job`` as a run from all its timings stored so far (idempotent: a later post
     replaces the run). Raises ``DataError`` when no timing is usable (all zero, say)."""
+    if "://" in store.path:  # the run history lives in SQLite tables beside the audit log
+        raise DataError("the run history needs the SQLite store; timings kept, run not recorded")
     rows = store.job_timings(job)
     ranks = {r for _, r, _, _, _ in rows if r is not None}
     nodes = sorted({n for _, _, n, _, _ in rows if n is not None})
