@@ -5,7 +5,7 @@ hungry command is not hidden behind another)."""
 from __future__ import annotations
 
 import os
-import resource
+import signal
 import subprocess
 import sys
 import time
@@ -38,16 +38,30 @@ class Run:
                 and len(lines) <= 1 and self.rss_mb <= MAX_RSS_MB)
 
 
-def run_cli(args: list[str], cwd: Path, timeout: float = 60.0) -> Run:
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+#: a small launcher forks the command, limits its address space and reports its own peak RSS.
+#: Measuring from this (large) pytest process would not do: Linux carries the parent's RSS into
+#: a child's ru_maxrss through fork and exec, so every figure would be pytest's.
+_LAUNCH = """
+import os, resource, subprocess, sys
+n, out = int(sys.argv[1]), sys.argv[2]
+p = subprocess.Popen(sys.argv[3:], preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (n, n)))
+_, status, ru = os.wait4(p.pid, 0)
+with open(out, "w") as fh:
+    fh.write(str(ru.ru_maxrss))
+code = os.waitstatus_to_exitcode(status)
+os._exit(code if code >= 0 else 128 - code)
+"""
 
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 60.0) -> Run:
     err = cwd / f".stderr-{os.getpid()}"
+    rss_file = cwd / f".rss-{os.getpid()}"
     t0 = time.monotonic()
     with open(err, "wb") as fh:
-        p = subprocess.Popen([sys.executable, "-m", "minutiae.cli.main", *args],
+        p = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(AS_LIMIT), str(rss_file),
+                              sys.executable, "-m", "minutiae.cli.main", *args],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fh,
-                             preexec_fn=limit, cwd=cwd)
+                             cwd=cwd, start_new_session=True)
         hung = False
         deadline = t0 + timeout
         while True:
@@ -56,14 +70,19 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 60.0) -> Run:
                 break
             if time.monotonic() > deadline:
                 hung = True
-                p.kill()
+                os.killpg(p.pid, signal.SIGKILL)  # the launcher and the command
                 pid, status, ru = os.wait4(p.pid, 0)
                 break
             time.sleep(0.02)
     p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: tell Popen
     text = err.read_text(errors="replace")
     err.unlink()
-    return Run(tuple(args), p.returncode, text, time.monotonic() - t0, ru.ru_maxrss / 1024, hung)
+    try:  # the command's own peak, from the launcher; the launcher's when the command was killed
+        kib = int(rss_file.read_text())
+        rss_file.unlink()
+    except (OSError, ValueError):
+        kib = ru.ru_maxrss
+    return Run(tuple(args), p.returncode, text, time.monotonic() - t0, kib / 1024, hung)
 
 
 def timing_rows(extra: str = "", ranks: int = 4, steps: int = 30) -> str:
