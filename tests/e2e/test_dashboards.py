@@ -150,6 +150,12 @@ def test_every_panel_query_runs_against_the_real_prometheus(prom_url: str, prom_
             stop(a2)
 
 
+#: panels that count an event this test's one-node fleet never makes (the shipped budget holds a
+#: drain of the only node): their series is exported (checked by `live`) and their query parses,
+#: but they may be empty here. The drain path itself is covered by tests/controller/test_ui_metrics.py.
+EVENT_PANELS = {("minutiae-fleet.json", "Top rules by drains (24 h)")}
+
+
 def check_panels(prom_url: str, ours: list[str], live: set[str]) -> None:
     records, pending = recording_rules(), documented_pending()
     empty, undocumented, ran = [], [], 0
@@ -162,7 +168,7 @@ def check_panels(prom_url: str, ours: list[str], live: set[str]) -> None:
             undocumented += [(dash, title, n) for n in missing
                              if n not in pending and base(n) not in pending]
             continue
-        if not query(prom_url, scoped(q, ours)):
+        if not query(prom_url, scoped(q, ours)) and (dash, title) not in EVENT_PANELS:
             empty.append((dash, title, raw))
     assert ran == len(exprs()) and ran >= 30
     assert not undocumented, f"panels read series nobody exports or plans: {undocumented}"
