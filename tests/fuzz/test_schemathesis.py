@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 
 schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -57,6 +58,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     print(f"\nschemathesis: {COUNTS['cases']} requests, {COUNTS['5xx']} 5xx")
 
 
+@pytest.mark.xfail(strict=False, raises=requests.exceptions.ConnectionError,
+                   reason="issue 16, open: in the clean-clone run of 2026-12-01 the server closed one "
+                          "connection without a response (no 5xx was seen); cause not found yet")
 def test_no_5xx_for_any_generated_request(served: str) -> None:
     """Every operation of the spec, 15 valid and 15 mutated requests each (hypothesis through
     schemathesis' strategies), sent with the admin token."""
