@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from minutiae.errors import SourceUnavailable
 from minutiae.model.snapshot import Snapshot
+from minutiae.node.sources.read_sysfs import read_small
 from minutiae.node.sources.taint.parse import SOURCE, parse_taint
 
 
@@ -18,14 +17,5 @@ def read_taint(proc_root: Path) -> Snapshot:
     """The taint flags of ``proc_root``'s kernel. Raises ``SourceUnavailable`` naming the path
     when the file cannot be read."""
     path = taint_path(proc_root)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
-    try:
-        data = os.read(fd, 64)
-    except OSError as exc:
-        raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+    data = read_small(path, 64, SOURCE)
     return parse_taint(data, str(path))

@@ -6,10 +6,10 @@ The value feeds ``node.uptime_s`` in the counter rules (the boot grace of ``ib.p
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from minutiae.errors import SourceUnavailable
+from minutiae.node.sources.read_sysfs import read_small
 from minutiae.node.sources.uptime.parse import parse_uptime
 
 SOURCE = "uptime"
@@ -19,16 +19,7 @@ def read_uptime(proc_root: Path) -> float:
     """Seconds since boot from ``<proc_root>/uptime``. Raises ``SourceUnavailable`` naming the
     path when the file cannot be read or does not hold an uptime."""
     path = proc_root / "uptime"
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
-    try:
-        data = os.read(fd, 256)
-    except OSError as exc:
-        raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+    data = read_small(path, 256, SOURCE)
     value = parse_uptime(data)
     if value is None:
         raise SourceUnavailable(SOURCE, f"{path}: not an uptime ({data[:40]!r})")
