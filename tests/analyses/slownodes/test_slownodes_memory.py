@@ -1,5 +1,6 @@
 """slownodes' peak memory grows with one chunk, not with the table (measured in fresh processes:
-ru_maxrss after reading the table vs after the analysis)."""
+the peak RSS of the child's own address space (VmHWM, reset after the table is read) vs its RSS then;
+ru_maxrss would start at pytest's own peak, inherited through fork and exec)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from peak_rss import CHILD_SNIPPET
 
-CHILD = """
-import json, resource, sys
+CHILD = CHILD_SNIPPET + """
+import json, sys
 import polars as pl
 from minutiae.analyses.slownodes.analysis import analyse_telemetry
 tel, fleet = pl.read_parquet(sys.argv[1]), pl.read_csv(sys.argv[2])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+reset_peak()
+before = peak_kib()
 report = analyse_telemetry(tel, fleet, None, None, "t", None if sys.argv[3] == "whole" else int(sys.argv[3]))
-grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+grew = peak_kib() - before
 print(json.dumps({"grew_mib": grew / 1024, "table_mib": tel.estimated_size() / 2**20,
                   "report": report.to_json()}))
 """
