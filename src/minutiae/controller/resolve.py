@@ -62,7 +62,7 @@ def resolve(ctl: Controller, node: str, reason: str, *, at_once: bool = False,
     with ctl._mem_lock:
         before = ctl.memory
         m, lines = acknowledge(before.nodes.get(node, EMPTY_MEMORY), rep)
-        m = replace(m, unhealthy_since=None, last_hold=None, lemon=False)
+        m = replace(m, unhealthy_since=None, last_hold=None, lemon=False, held=None)
         ours = NodeView(node, rep, sched).ours
         human = BudgetVerdict(True, "human", f"resolved by {by}: {why}")
         decisions = [Decision(node, Verb.RESOLVE, "resolve", (
