@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import re
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
