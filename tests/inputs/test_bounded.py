@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from peak_rss import peak_kib, reset_peak
 
 from minutiae.errors import InputError
 from minutiae.inputs import LineStats, iter_lines, read_bounded, read_text
+from peak_rss import peak_kib, reset_peak
 
 
 def test_a_regular_file_within_the_limit_is_read_whole(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+
 from peak_rss import CHILD_SNIPPET
 
 CHILD = CHILD_SNIPPET + """
