@@ -215,3 +215,19 @@ def test_map_poll_is_204_when_nothing_changed(tmp_path: Path) -> None:
     assert again.status_code == 204 and again.text == ""
     other = c.get("/ui/fragments/map", params={"v": v.group(1), "health": "unhealthy"})
     assert other.status_code == 200 and "1 of 40" in other.text
+
+
+def test_status_bar_says_standby_breaker_and_silent() -> None:
+    from minutiae.controller.http.pages import status_bar
+
+    st = {"nodes": 40, "health": {"healthy": 37, "unhealthy": 2, "unknown": 1}, "silent": 3,
+          "unavailable": 2, "role": "standby", "epoch": 7, "leader": "site/ctl-a",
+          "dry_run": False, "paused": {"reason": "minutiae: storm: 9 nodes unhealthy in 60 s",
+                                       "since": 0.0, "by": "breaker"}}
+    bar = status_bar(st, authed=True)
+    assert "standby · epoch 7 (leader site/ctl-a)" in bar
+    assert "breaker tripped: storm: 9 nodes unhealthy in 60 s (since 1970-01-01 00:00:00Z)" in bar
+    assert "3 silent" in bar and 'id="unpause"' in bar
+    lead = status_bar({**st, "role": "leader", "paused": None}, authed=False)
+    assert "leader · epoch 7" in lead and "(leader" not in lead and "not paused" in lead
+    assert 'id="pause"' not in lead

@@ -15,10 +15,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from minutiae.controller.budget import BudgetVerdict
-from minutiae.controller.resolve import MAX_REASON, _sched_now
+from minutiae.controller.resolve import human_request, sched_now
 from minutiae.controller.state import EMPTY_MEMORY, Decision, Verb, undo_command
-from minutiae.errors import BackendError, ValidationError
-from minutiae.schedulers.base import NodeSchedState, make_reason, validate_node
+from minutiae.errors import BackendError
+from minutiae.schedulers.base import NodeSchedState, make_reason
 
 if TYPE_CHECKING:
     from minutiae.controller.service import Controller
@@ -26,18 +26,11 @@ if TYPE_CHECKING:
 
 def drain(ctl: Controller, node: str, reason: str, *, by: str) -> dict[str, Any]:
     """Drain ``node`` for a human (``by``: who, e.g. ``web UI``), held until a resolve."""
-    validate_node(node)
-    why = " ".join(str(reason).split())
-    if not why:
-        raise ValidationError("drain: a reason is required (why the node leaves service)")
-    if len(why) > MAX_REASON:
-        raise ValidationError(f"drain: reason over {MAX_REASON} characters")
-    if ctl.leadership.fence() is None:
-        lead = ctl.leadership.status().leader or "unknown"
-        raise BackendError(f"standby: drain on the leader ({lead})")
+    why = human_request(ctl, "drain", node, reason,
+                        "a reason is required (why the node leaves service)")
     with ctl._lock:
         rep = ctl._reports.get(node)
-    sched = _sched_now(ctl, node)
+    sched = sched_now(ctl, node)
     if rep is None and sched is None:
         raise BackendError(f"unknown node {node}: no report and the scheduler does not say")
     if sched is not None and sched.state is not NodeSchedState.AVAILABLE and not sched.ours:
