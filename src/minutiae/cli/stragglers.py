@@ -26,14 +26,13 @@ if TYPE_CHECKING:
 
 def _load(paths: list[Path], fleet: Path | None,
           ) -> tuple[TimingMatrix | pl.DataFrame | TrainLog, str, dict[str, str] | None]:
-    """The matrix of a file of the common layout (``dense``: no long table is built),
-    else the long table (or a training log without per-rank times)."""
-    from minutiae.analyses.stragglers.read import (
-        find_fleet,
-        fleet_leaves,
-        read_matrix,
-        read_timings_or_log,
-    )
+    """The matrix of a file of the common layout (``ingest``: no long table is built), else
+    the long table (or a training log without per-rank times)."""
+    import dataclasses
+
+    from minutiae.analyses.stragglers import prep
+    from minutiae.analyses.stragglers.ingest import read_matrix
+    from minutiae.analyses.stragglers.read import find_fleet, fleet_leaves, read_timings_or_log
 
     where = ", ".join(str(p) for p in paths)
     got: TimingMatrix | pl.DataFrame | TrainLog | None = read_matrix(paths)
@@ -46,8 +45,10 @@ def _load(paths: list[Path], fleet: Path | None,
         if isinstance(got, TrainLog):
             return got, where, None
     fleet = fleet or find_fleet(paths)
-    leaves = fleet_leaves(fleet) if fleet else None
-    return got, where, leaves
+    leaf_of = fleet_leaves(fleet) if fleet else None
+    if leaf_of and isinstance(got, prep.TimingMatrix):  # as prepare does for the long table
+        got = dataclasses.replace(got, leaf=prep.leaves(got.node, got.leaf, leaf_of))
+    return got, where, leaf_of
 
 
 def _table(report: StragglerReport) -> None:

@@ -16,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minutiae.analyses.stragglers import read
+from minutiae.analyses.stragglers import ingest
+from minutiae.analyses.stragglers.ingest import read_matrix
 from minutiae.analyses.stragglers.prep import TimingMatrix, prepare
-from minutiae.analyses.stragglers.read import read_matrix, read_timings
+from minutiae.analyses.stragglers.read import read_timings
 from minutiae.cli.main import main
 
 
@@ -45,7 +46,10 @@ def _same(a: TimingMatrix, b: TimingMatrix) -> None:
     for name in ("steps", "ranks", "total", "compute", "gpu"):
         x, y = getattr(a, name), getattr(b, name)
         assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True), name
-    assert (a.comm, a.stage) == (b.comm, b.stage) == (None, None)
+    assert a.comm is None and b.comm is None
+    assert (a.stage is None and b.stage is None) or (
+        a.stage is not None and b.stage is not None and a.stage.dtype == b.stage.dtype
+        and np.array_equal(a.stage, b.stage))
     assert (a.node, a.leaf, a.basis, a.warnings) == (b.node, b.leaf, b.basis, b.warnings)
 
 
@@ -70,6 +74,23 @@ VARIANTS: dict[str, Callable[[pl.DataFrame], pl.DataFrame]] = {
     "steps logged 1 in 10": lambda d: d.with_columns(pl.col("step") * 10 + 500),
     "one row": lambda d: d.head(1),
     "one step": lambda d: d.filter(pl.col("step") == 3),
+    "node and gpu": lambda d: d.with_columns(
+        pl.format("gpu{}", (pl.col("rank") // 8).cast(pl.String).str.zfill(3)).alias("node"),
+        (pl.col("rank") % 8).cast(pl.Int8).alias("gpu")),
+    "stage numbers": lambda d: d.with_columns((pl.col("rank") // 6).cast(pl.Int16).alias("stage")),
+    "stage text": lambda d: d.with_columns(
+        pl.format("s{}", (23 - pl.col("rank")) // 2).alias("stage")),
+    "leaf": lambda d: d.with_columns(pl.format("leaf{}", pl.col("rank") // 12).alias("leaf"),
+                                     pl.format("n{}", pl.col("rank") // 4).alias("node")),
+    "categorical node": lambda d: d.with_columns(
+        pl.format("n{}", pl.col("rank") // 4).cast(pl.Categorical).alias("node")),
+    "empty sections": lambda d: d.with_columns(pl.lit("").alias("section")),
+    "null sections": lambda d: d.with_columns(pl.lit(None, pl.String).alias("section")),
+    "section 'total'": lambda d: d.with_columns(pl.lit(" Total").alias("section")),
+    "simulator columns": lambda d: d.with_columns(
+        pl.format("n{}", pl.col("rank") // 8).alias("node"), (pl.col("rank") % 8).alias("gpu"),
+        (pl.col("rank") // 12).alias("stage"), (pl.col("step") * 1.5).alias("time"),
+        pl.lit("").alias("section")),
     "extra columns": lambda d: d.with_columns(pl.lit("x").alias("host_note"),
                                               (pl.col("seconds") * 1e3).alias("ms")),
 }
@@ -86,7 +107,7 @@ def test_common_layout_gives_the_matrix_prepare_gives(tmp_path: Path, variant: s
 @pytest.mark.parametrize("rows", [1, 7, 24, 37, 100])
 def test_blocks_and_row_groups_cut_anywhere(tmp_path: Path, rows: int,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(read, "BLOCK_ROWS", rows)
+    monkeypatch.setattr(ingest, "BLOCK_ROWS", rows)
     df = VARIANTS["a rank in ms"](_grid(f32=True))
     assert _check(_write(df, tmp_path / "t.parquet", row_group=rows + 3)) is not None
     assert _check(_write(df, tmp_path / "t.csv")) is not None
@@ -119,9 +140,17 @@ GENERAL: dict[str, Callable[[pl.DataFrame], pl.DataFrame]] = {
     "rank id past the limit": lambda d: d.with_columns(
         pl.when(pl.col("rank") == 23).then(1 << 30).otherwise(pl.col("rank")).alias("rank")),
     "capitalised name": lambda d: d.rename({"rank": "Rank"}),
-    "node column": lambda d: d.with_columns(pl.format("n{}", pl.col("rank") // 8).alias("node")),
-    "section column": lambda d: d.with_columns(pl.lit("step").alias("section")),
-    "stage column": lambda d: d.with_columns((pl.col("rank") // 12).alias("stage")),
+    "a rank moves node": lambda d: d.with_columns(pl.format(
+        "n{}", (pl.col("rank") + (pl.col("step") >= 20)) // 8).alias("node")),
+    "a null node": lambda d: d.with_columns(pl.when(pl.col("step") == 30).then(None).otherwise(
+        pl.format("n{}", pl.col("rank") // 8)).alias("node")),
+    "a gpu that changes": lambda d: d.with_columns((pl.col("rank") % 8 + (pl.col("step") == 9))
+                                                   .alias("gpu")),
+    "section names": lambda d: d.with_columns(
+        pl.when(pl.col("step") == 7).then(pl.lit("total")).otherwise(pl.lit("")).alias("section")),
+    "compute sections": lambda d: d.with_columns(pl.lit("forward").alias("section")),
+    "role column": lambda d: d.with_columns(pl.lit("expert").alias("role")),
+    "float gpu": lambda d: d.with_columns((pl.col("rank") % 8).cast(pl.Float64).alias("gpu")),
     "float step": lambda d: d.with_columns(pl.col("step").cast(pl.Float64)),
     "string step": lambda d: d.with_columns(pl.col("step").cast(pl.String)),
 }
@@ -179,15 +208,21 @@ def test_random_tables_either_match_or_go_general(tmp_path: Path, ranks: int, st
         assert got is not None
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_cli_report_is_the_general_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                         monkeypatch: pytest.MonkeyPatch, suffix: str) -> None:
     d = _grid(64, 150, f32=True).with_columns(
         pl.when((pl.col("rank") == 21) & (pl.col("step") >= 60)).then(pl.col("seconds") * 1.2)
-        .otherwise(pl.col("seconds")))
-    path = _write(d, tmp_path / "job.parquet")
-    assert main(["stragglers", str(path), "--json"]) == 1
+        .otherwise(pl.col("seconds")), pl.format("n{}", pl.col("rank") // 8).alias("node"),
+        (pl.col("rank") % 8).alias("gpu"))
+    path = _write(d, tmp_path / f"job{suffix}")
+    fleet = tmp_path / "fleet.csv"
+    fleet.write_text("node,rack,leaf\n" + "".join(f"n{i},r0,leaf{i // 4}\n" for i in range(8)))
+    args = ["stragglers", str(path), "--json", "--fleet", str(fleet)]
+    assert main(args) == 1
     fast = capsys.readouterr().out
-    monkeypatch.setattr(read, "read_matrix", lambda paths: None)
-    assert main(["stragglers", str(path), "--json"]) == 1
+    monkeypatch.setattr(ingest, "read_matrix", lambda paths: None)
+    assert main(args) == 1
     assert capsys.readouterr().out == fast
-    assert [s["rank"] for s in json.loads(fast)["suspects"]] == [21]
+    (s,) = json.loads(fast)["suspects"]
+    assert (s["rank"], s["node"], s["gpu"], s["leaf"]) == (21, "n2", 5, "leaf0")

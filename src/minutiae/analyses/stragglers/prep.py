@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings as _warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,8 +36,8 @@ from minutiae.errors import DataError
 #: rank ids are dense axis indices: a 16 M-rank job at most (a rank id of 2**32 allocated 32 GiB)
 MAX_RANK_ID = 1 << 24
 
-__all__ = ["TimingMatrix", "few_ids", "is_comm", "log_times", "ms_ranks", "prepare", "prepare_steps",
-           "steps_only"]
+__all__ = ["TimingMatrix", "few_ids", "is_comm", "leaves", "log_times", "ms_ranks", "prepare",
+           "prepare_steps", "stage_codes", "steps_only"]
 
 MS_RATIO = (200.0, 5000.0)
 
@@ -260,15 +260,25 @@ def _meta(df: pl.DataFrame, ri: np.ndarray, ranks: np.ndarray, leaf_of: Mapping[
             g = per["gpu"]
             gpu = (g.fill_null(-1) if g.null_count() else g).to_numpy().astype(np.int64)
         if "stage" in cols and per["stage"].null_count() == 0 and per.height == n:
-            values = per["stage"].to_numpy()
-            _, codes = np.unique(values.astype(str) if values.dtype == object else values,
-                                 return_inverse=True)
-            stage = codes.astype(np.int64)
+            stage = stage_codes(per["stage"].to_numpy())
         if "leaf" in cols:
             leaf = per["leaf"].to_list()
-    if leaf_of:
-        leaf = [leaf[i] or (leaf_of.get(node[i] or "") if node[i] else None) for i in range(n)]
-    return tuple(node), gpu, stage, tuple(leaf)
+    return tuple(node), gpu, stage, leaves(node, leaf, leaf_of)
+
+
+def stage_codes(values: np.ndarray) -> np.ndarray:
+    """Each rank's peer group from its stage value (numbers in order, text in text order)."""
+    _, codes = np.unique(values.astype(str) if values.dtype == object else values,
+                         return_inverse=True)
+    return codes.astype(np.int64)
+
+
+def leaves(node: Sequence[str | None], leaf: Sequence[str | None],
+           leaf_of: Mapping[str, str] | None) -> tuple[str | None, ...]:
+    """Each rank's leaf: its own column's, else its node's in ``leaf_of`` (a fleet.csv)."""
+    if not leaf_of:
+        return tuple(leaf)
+    return tuple(lf or (leaf_of.get(nd) if nd else None) for nd, lf in zip(node, leaf, strict=True))
 
 
 def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatrix | None:

@@ -1,7 +1,8 @@
 """Reading timing files: whole files, growing files (``--follow``), training logs (several
 files of one job joined) and the simulator's fleet.csv.
 
-The only I/O of the straggler path; everything it returns goes to ``stragglers.parse``.
+With ``ingest`` (a file of the common layout read straight into the matrix), the only I/O of
+the straggler path; everything it returns goes to ``stragglers.parse``.
 """
 
 from __future__ import annotations
@@ -9,21 +10,16 @@ from __future__ import annotations
 import csv
 import io
 import mmap
-import os
-import stat
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minutiae.errors import InputError
-from minutiae.inputs import BINARY_PROBE, read_bounded
+from minutiae.inputs import read_bounded
 
 if TYPE_CHECKING:
     import polars as pl
 
     from minutiae.analyses.stragglers.formats import TrainLog
-    from minutiae.analyses.stragglers.prep import TimingMatrix
-
 
 
 #: a timing file (CSV, Parquet, training log) read whole; a stream gets inputs.STREAM_LIMIT
@@ -35,95 +31,6 @@ def read_bytes(path: Path) -> bytes:
     if not path.exists():
         raise InputError("cannot read (No such file or directory)", str(path))
     return read_bounded(path, limit=MAX_TIMINGS_BYTES, what="timing CSV", magic=b"PAR1")
-
-
-#: rows handed to ``dense.DenseGrid`` at a time (bounds the temporaries of its checks)
-BLOCK_ROWS = 1 << 20
-
-
-def read_matrix(paths: list[Path]) -> TimingMatrix | None:
-    """The matrix of one CSV or Parquet file of the common layout (``dense``), read a block
-    at a time without the long table; None for anything else, which the general path
-    (:func:`read_timings_or_log`) reads, refuses or repairs as before. A stream, a file over
-    the limit or one with NUL bytes in a CSV's first block are left to it too."""
-    from minutiae.analyses.stragglers.parse import PARQUET_MAGIC, looks_like_csv
-
-    if len(paths) != 1:
-        return None
-    try:
-        st = os.stat(paths[0])
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_TIMINGS_BYTES:
-            return None
-        with paths[0].open("rb") as f:
-            head = f.read(BINARY_PROBE)
-    except OSError:
-        return None
-    if head[:4] == PARQUET_MAGIC:
-        return _parquet_matrix(paths[0])
-    first = head.split(b"\n", 1)[0].decode("utf-8", errors="replace")
-    if looks_like_csv(head) and b"\0" not in head and first.strip():
-        return _csv_matrix(paths[0], first.split(","))
-    return None
-
-
-def _parquet_matrix(path: Path) -> TimingMatrix | None:
-    """A Parquet file a batch at a time (integer step and rank, float32/64 seconds, no null);
-    None at the first thing that does not fit, an unreadable file included."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from minutiae.analyses.stragglers.dense import COLUMNS, DenseGrid, plain_columns
-
-    ints = {pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32()}
-    try:
-        with pq.ParquetFile(path, memory_map=True) as pf:
-            schema = pf.schema_arrow
-            if not plain_columns(schema.names):
-                return None
-            step_t, rank_t, sec_t = (schema.field(c).type for c in COLUMNS)
-            if step_t not in ints or rank_t not in ints or sec_t not in (pa.float32(), pa.float64()):
-                return None
-            grid = DenseGrid(pf.metadata.num_rows, sec_t == pa.float64())
-            # mapped, one thread: 1.6 s of CPU for 100,000 x 1,000 where a read copy and
-            # decoding threads took 2.6 s on two loaded cores
-            for batch in pf.iter_batches(batch_size=BLOCK_ROWS, columns=list(COLUMNS),
-                                         use_threads=False):
-                cols = [batch.column(c) for c in COLUMNS]
-                if any(c.null_count for c in cols) or not grid.feed(
-                        *(c.to_numpy(zero_copy_only=False) for c in cols)):
-                    return None
-    except (pa.ArrowException, OSError, ValueError):
-        return None
-    return grid.matrix()
-
-
-def _csv_matrix(path: Path, header: list[str]) -> TimingMatrix | None:
-    """A CSV file's three columns, parsed as ``parse.parse_csv`` parses them (the same
-    reader and options: a cell it cannot read is null here too, and sends the file to the
-    general path), then handed over a slice at a time."""
-    import polars as pl
-
-    from minutiae.analyses.stragglers.dense import COLUMNS, DenseGrid, plain_columns
-    from minutiae.analyses.stragglers.parse import POLARS_ERRORS
-
-    if not plain_columns(header):
-        return None
-    try:
-        with warnings.catch_warnings():  # ragged lines are truncated on purpose (parse_csv)
-            warnings.simplefilter("ignore", UserWarning)
-            df = pl.read_csv(path, columns=list(COLUMNS), infer_schema_length=0,
-                             truncate_ragged_lines=True, encoding="utf8-lossy",
-                             ignore_errors=True, schema_overrides={
-                                 "step": pl.Int32, "rank": pl.Int32, "seconds": pl.Float64})
-    except POLARS_ERRORS:
-        return None
-    if df.height == 0 or any(df[c].null_count() for c in COLUMNS):
-        return None
-    grid = DenseGrid(df.height, True)
-    for part in df.iter_slices(BLOCK_ROWS):
-        if not grid.feed(*(part[c].to_numpy() for c in COLUMNS)):
-            return None
-    return grid.matrix()
 
 
 def read_trainlog(paths: list[Path]) -> TrainLog:
