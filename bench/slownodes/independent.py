@@ -10,7 +10,8 @@ gaps reported, median wall time and CPU time, and the ratio; the machine load wh
 ``--physics clean``: the model the analysis was first built against; ``real``: what a real
 fleet adds (``telemetry_fleet.Physics``: workload power intensity with TDP capping, slot and
 rack-position temperature, fan curve, utilisation dips, time-stamp jitter, lost scrapes, clock
-faults as ceilings). ``--faults random``: fault nodes, GPUs and windows drawn per seed.
+faults as ceilings); ``real-nojitter``: the same on one time grid (what a Prometheus range
+query returns). ``--faults random``: fault nodes, GPUs and windows drawn per seed.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def _fleet(seed: int, physics: str, faults: str) -> Any:
 
     names, skus, _ = tf._nodes(64)
     fl = tf.random_faults(seed, names, skus, 2 * 86400) if faults == "random" else None
-    return tf.make_fleet(seed=seed, faults=fl, physics=tf.Physics() if physics == "real" else tf.CLEAN)
+    ph = {"clean": tf.CLEAN, "real": tf.Physics(), "real-nojitter": tf.Physics(jitter_s=0.0)}[physics]
+    return tf.make_fleet(seed=seed, faults=fl, physics=ph)
 
 
 def main() -> None:
@@ -57,7 +59,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[7, 11, 23, 5])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--base", default="586add7", help="the commit compared with (586add7: before issue 18)")
-    ap.add_argument("--physics", choices=["clean", "real"], default="clean")
+    ap.add_argument("--physics", choices=["clean", "real", "real-nojitter"], default="clean")
     ap.add_argument("--faults", choices=["default", "random"], default="default")
     a = ap.parse_args()
     from minutiae.analyses.slownodes.analysis import analyse_telemetry as new
