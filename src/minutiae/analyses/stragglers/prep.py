@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings as _warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +36,8 @@ from minutiae.errors import DataError
 #: rank ids are dense axis indices: a 16 M-rank job at most (a rank id of 2**32 allocated 32 GiB)
 MAX_RANK_ID = 1 << 24
 
-__all__ = ["TimingMatrix", "is_comm", "log_times", "prepare", "prepare_steps"]
+__all__ = ["TimingMatrix", "few_ids", "is_comm", "leaves", "log_times", "ms_ranks", "prepare",
+           "prepare_steps", "stage_codes", "steps_only"]
 
 MS_RATIO = (200.0, 5000.0)
 
@@ -81,7 +82,7 @@ def log_times(x: np.ndarray) -> np.ndarray:
     return logx
 
 
-def _few(values: np.ndarray, n: int = 5) -> str:
+def few_ids(values: np.ndarray, n: int = 5) -> str:
     head = ", ".join(str(int(v)) for v in values[:n])
     return head + (f" ... ({values.size} in all)" if values.size > n else "")
 
@@ -121,7 +122,7 @@ def _rank_medians(ri: np.ndarray, sec: np.ndarray, n_r: int) -> np.ndarray:
     return out
 
 
-def _ms_ranks(medians: np.ndarray, ranks: np.ndarray, warnings: list[str]) -> np.ndarray:
+def ms_ranks(medians: np.ndarray, ranks: np.ndarray, warnings: list[str]) -> np.ndarray:
     """Indices of the ranks whose median duration is ~1000x their peers' (taken as
     milliseconds), from each rank's median step total (or median row when no totals)."""
     keep = np.isfinite(medians)
@@ -133,7 +134,7 @@ def _ms_ranks(medians: np.ndarray, ranks: np.ndarray, warnings: list[str]) -> np
     ratio = m / overall
     hit: np.ndarray = np.flatnonzero(keep)[(ratio >= MS_RATIO[0]) & (ratio <= MS_RATIO[1])]
     if hit.size and hit.size < m.size / 2:
-        warnings.append(f"rank(s) {_few(np.sort(ranks[hit]))} report ~1000x their peers' "
+        warnings.append(f"rank(s) {few_ids(np.sort(ranks[hit]))} report ~1000x their peers' "
                         "durations: taken as milliseconds and converted to seconds")
         return hit
     if overall > 3600:
@@ -179,7 +180,7 @@ def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = No
         span = int(ranks_u[-1] - ranks_u[0] + 1)
         if span > ranks_u.size:
             gaps = np.setdiff1d(np.arange(ranks_u[0], ranks_u[-1] + 1), ranks_u)
-            warnings.append(f"rank(s) {_few(gaps)} never reported")
+            warnings.append(f"rank(s) {few_ids(gaps)} never reported")
     else:
         ranks_u = ranks
         ri = np.clip(np.searchsorted(ranks_u, rank), 0, ranks_u.size - 1)
@@ -206,7 +207,7 @@ def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = No
             medians = np.nanmedian(tot, axis=0) if np.isnan(tot).any() else np.median(tot, axis=0)
     else:
         medians = _rank_medians(ri[known], sec, n_r)
-    ms = _ms_ranks(medians, ranks_u, warnings)
+    ms = ms_ranks(medians, ranks_u, warnings)
     if ms.size:
         for mat in dense64:
             if mat is not None:
@@ -259,15 +260,25 @@ def _meta(df: pl.DataFrame, ri: np.ndarray, ranks: np.ndarray, leaf_of: Mapping[
             g = per["gpu"]
             gpu = (g.fill_null(-1) if g.null_count() else g).to_numpy().astype(np.int64)
         if "stage" in cols and per["stage"].null_count() == 0 and per.height == n:
-            values = per["stage"].to_numpy()
-            _, codes = np.unique(values.astype(str) if values.dtype == object else values,
-                                 return_inverse=True)
-            stage = codes.astype(np.int64)
+            stage = stage_codes(per["stage"].to_numpy())
         if "leaf" in cols:
             leaf = per["leaf"].to_list()
-    if leaf_of:
-        leaf = [leaf[i] or (leaf_of.get(node[i] or "") if node[i] else None) for i in range(n)]
-    return tuple(node), gpu, stage, tuple(leaf)
+    return tuple(node), gpu, stage, leaves(node, leaf, leaf_of)
+
+
+def stage_codes(values: np.ndarray) -> np.ndarray:
+    """Each rank's peer group from its stage value (numbers in order, text in text order)."""
+    _, codes = np.unique(values.astype(str) if values.dtype == object else values,
+                         return_inverse=True)
+    return codes.astype(np.int64)
+
+
+def leaves(node: Sequence[str | None], leaf: Sequence[str | None],
+           leaf_of: Mapping[str, str] | None) -> tuple[str | None, ...]:
+    """Each rank's leaf: its own column's, else its node's in ``leaf_of`` (a fleet.csv)."""
+    if not leaf_of:
+        return tuple(leaf)
+    return tuple(lf or (leaf_of.get(nd) if nd else None) for nd, lf in zip(node, leaf, strict=True))
 
 
 def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatrix | None:
@@ -300,11 +311,8 @@ def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatr
         step, ri, sec = step[known], ri[known], sec[known]
     n_r = ranks.size
     if step.size == 0:  # nothing usable in these rows: an empty block carrying the warnings
-        empty = np.zeros((0, n_r), dtype=np.float32)
-        n = (None,) * n_r
-        return TimingMatrix(np.zeros(0, dtype=np.int64), ranks, empty, empty, None, n,
-                            np.full(n_r, -1, dtype=np.int64), None, n, Basis.STEP,
-                            tuple(warnings))
+        return steps_only(np.zeros(0, dtype=np.int64), ranks,
+                          np.zeros((0, n_r), dtype=np.float32), warnings)
     if step.min() == step.max():
         steps_u, si = step[:1], np.zeros(step.size, dtype=np.int64)
     else:
@@ -315,7 +323,14 @@ def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatr
     dup = lin.size - int(np.count_nonzero(np.isfinite(flat)))
     if dup:
         warnings.append(f"{dup} duplicate (step, rank, section) rows: kept the last")
-    total = flat.reshape(steps_u.size, n_r)
-    n = (None,) * n_r
-    return TimingMatrix(steps_u, ranks, total, total, None, n, np.full(n_r, -1, dtype=np.int64),
-                        None, n, Basis.STEP, tuple(warnings))
+    return steps_only(steps_u, ranks, flat.reshape(steps_u.size, n_r), warnings)
+
+
+def steps_only(steps: np.ndarray, ranks: np.ndarray, total: np.ndarray,
+               warnings: list[str]) -> TimingMatrix:
+    """Step totals without sections or rank metadata: ``compute`` is ``total`` itself (each
+    value > 0 or NaN already), no node, GPU, stage or leaf."""
+    n = (None,) * ranks.size
+    return TimingMatrix(steps, ranks, total, total, None, n,
+                        np.full(ranks.size, -1, dtype=np.int64), None, n, Basis.STEP,
+                        tuple(warnings))
