@@ -30,7 +30,7 @@ def parse_timings(data: bytes, where: str) -> pl.DataFrame:
         raise DataError("empty file", where)
     if data[:4] == PARQUET_MAGIC:
         try:
-            return pl.read_parquet(io.BytesIO(data))
+            return pl.read_parquet(io.BytesIO(data)).rechunk()  # to_numpy then copies nothing
         except POLARS_ERRORS as exc:
             raise ParseError(f"unreadable Parquet ({_short(exc)})", where) from None
     if looks_like_csv(data):
