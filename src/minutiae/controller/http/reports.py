@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,12 +23,14 @@ def handlers(controller: Controller, m: Metrics) -> dict[str, Handler]:
     def ingest_report(raw: bytes) -> tuple[int, dict[str, Any]]:
         """One parse of the body, validated by ``minutiae.controller.wire``; or a heartbeat
         ``{"node", "digest", "agent"}`` for an unchanged verdict (``controller.intake``)."""
+        t0 = time.perf_counter()
         try:
             body = json.loads(raw)
         except ValueError as exc:
             raise DataError(f"body is not JSON: {exc}", "report") from None
         rep, digest = controller.ingest_digest(body, raw)
         m.reports.inc()
+        m.ingest.observe(time.perf_counter() - t0)
         return 202, {"node": rep.node, "accepted": True, "received": rep.time,
                      "digest": digest}
 
