@@ -3,8 +3,9 @@ scheduler backend with the audit log written first, recover pending actions on s
 
 Thread model: HTTP handlers call :meth:`Controller.ingest` (in memory, fast); one loop thread
 calls :meth:`Controller.step` every ``interval`` seconds or as soon as a report changes a node's
-health. Reports are written behind to SQLite once per step (an agent resends within its
-interval, so a crash loses at most one report per node, never an action).
+health. Reports are stored in group commits before they are acknowledged
+(``minutiae.controller.commit``: a writer thread, and each step), so an acknowledged report
+survives a crash.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 
 from minutiae.clock import Clock
 from minutiae.controller import queries, retry
+from minutiae.controller.commit import Committer
 from minutiae.controller.ha.replicas import fenced_batch, pull_reports
-from minutiae.controller.intake import Batch, Intake
+from minutiae.controller.intake import Intake
 from minutiae.controller.leadership import Leadership, SoleActor
 from minutiae.controller.notify.base import Notifier
 from minutiae.controller.policy import Policy
@@ -92,6 +94,8 @@ class Controller:
         self._lock = threading.Lock()        # reports and counters
         self._mem_lock = threading.RLock()   # memory (step vs pause/unpause)
         self.intake = Intake(clock.now, self._lock, self.counters, recorder)
+        #: stores the intake's rows (group commits) before reports are acknowledged
+        self.committer = Committer(self.intake, store, self.problem)
         self._views: dict[str, NodeView] = {}
         self._sched: dict[str, tuple[NodeState | None, float]] = {}
         self._all_at = float("-inf")     # last time every node's scheduler state was read
@@ -129,18 +133,22 @@ class Controller:
         return self.ingest_digest(body, raw)[0]
 
     def ingest_digest(self, body: Mapping[str, Any], raw: bytes | None = None
-                      ) -> tuple[Report, str | None]:
+                      ) -> tuple[Report, str | None, int | None]:
         """:meth:`ingest` for the API: a heartbeat (``digest`` and no ``status``) re-dates the
-        node's report (see ``minutiae.controller.intake``); returns the report and the digest
-        the agent may send next time."""
+        node's report (see ``minutiae.controller.intake``); returns the report, the digest
+        the agent may send next time and the ticket of the take that stores it (None: nothing
+        to store) — the API answers once that take is stored."""
         if isinstance(body, Mapping) and "digest" in body and "status" not in body \
                 and "checks" not in body:
-            rep = self.intake.heartbeat(body)
-            return rep, str(body["digest"])
-        rep, digest, changed = self.intake.ingest(body, raw)
-        if changed:
-            self.wake.set()
-        return rep, digest
+            rep, ticket = self.intake.heartbeat(body)
+            digest: str | None = str(body["digest"])
+        else:
+            rep, digest, changed, ticket = self.intake.ingest(body, raw)
+            if changed:
+                self.wake.set()
+        if ticket is not None:
+            self.committer.wake.set()
+        return rep, digest, ticket
 
     @property
     def _reports(self) -> dict[str, Report]:
@@ -194,8 +202,8 @@ class Controller:
             retry.retry_due(self, now)
         self._cursor = pull_reports(self.store, self.intake, self._lock, self._cursor,
                                     self.problem)  # what the other replicas took
+        self.committer.commit()   # rows the writer thread has not stored yet (none without it)
         batch = self.intake.take()
-        self._save(batch)
         reports = batch.reports
         if not leading:  # a standby keeps reports, never reconciles or acts
             self.last_step = now
@@ -243,13 +251,6 @@ class Controller:
         with self._lock:
             self.counters.step_s.append(self.clock.monotonic() - t0)
         return plan
-
-    def _save(self, batch: Batch) -> None:
-        try:
-            self.store.save_reports(batch.rows, batch.beats)
-        except MinutiaeError as exc:
-            self.problem(f"could not save {len(batch.rows) + len(batch.beats)} reports: {exc}")
-            self.intake.give_back(batch)
 
     def _tell(self, plan: Plan) -> None:
         for a in plan.alerts:
