@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +74,10 @@ class Agent:
         self.seq += 1
         body["node"] = self.cfg.node
         body["domains"] = dict(self.cfg.domains)
-        body["agent"] = {"version": __version__, "seq": self.seq, "created": now}
+        # id: the report's idempotency key (kept through the outbox and every retry, so the
+        # controller answers a replay without storing it twice)
+        body["agent"] = {"version": __version__, "seq": self.seq, "created": now,
+                         "id": uuid.uuid4().hex}
         body.pop("observations", None)
         self.metrics.observe(body, took, now)
         if self.pusher is not None:
