@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import TOKEN, _loop, pct, pin, raw_load  # noqa: E402
 from run import report  # noqa: E402
 
+from minutiae.controller.store import open_store  # noqa: E402
 from minutiae.testing.serve import ServeProcess  # noqa: E402
 
 H = {"Authorization": f"Bearer {TOKEN}"}
@@ -164,6 +165,8 @@ def run(label: str, store_args: list[list[str]], nodes: int, a: argparse.Namespa
                       f"{med['rows_per_write']:.1f} rows/write", flush=True)
                 out[f"{kind}/{k}/rate"] = med["rate"]
                 out[f"{kind}/{k}/p99"] = med["p99"]
+        if a.storm:
+            out.update(storm(reps, store_args, nodes, a.storm))
         per10k = statistics.median(mem) / nodes * 10_000
         for k, r in enumerate(reps):
             print(f"{label:<24} replica {k}: role {seen[k].get('role')} epoch "
@@ -180,6 +183,49 @@ def run(label: str, store_args: list[list[str]], nodes: int, a: argparse.Namespa
             r.stop()
 
 
+def storm(reps: list[ServeProcess], store_args: list[list[str]], nodes: int, n: int
+          ) -> dict[str, float]:
+    """``n`` nodes turn critical at once (each report to its own replica, 64 connections per
+    replica): time from each report's send to its decision (drain or hold) in the audit log."""
+    for r in reps:
+        if r.proc is not None:   # every replica may use both CPUs for this part
+            subprocess.run(["taskset", "-a", "-cp", "0,1", str(r.proc.pid)], check=False,
+                           stdout=subprocess.DEVNULL)
+    picked = [i * (nodes // n) for i in range(n)]
+    sent: dict[str, float] = {}
+
+    async def go() -> None:
+        async def one(k: int) -> None:
+            mine = [i for i in picked if i % len(reps) == k]
+            bodies = [json.dumps(report(i, critical=True)).encode() for i in mine]
+            for i in mine:
+                sent[f"n{i:05d}"] = time.time()
+            await raw_load(reps[k].url, "/v1/reports", None, 120.0, 64, bodies,
+                           total=len(bodies))
+        await asyncio.gather(*(one(k) for k in range(len(reps))))
+    t0 = time.time()
+    loop = _loop()
+    loop.run_until_complete(go())
+    loop.close()
+    where = store_args[0][1] if store_args[0] else str(reps[0].db)
+    st = open_store(where, identity="bench-reader", pool=1)
+    decided: dict[str, float] = {}
+    while len(decided) < n and time.time() - t0 < 120:
+        for node in sent.keys() - decided.keys():
+            rows = st.audit(node=node, limit=5)
+            if rows:
+                decided[node] = min(r.time for r in rows)
+        time.sleep(0.2)
+    st.close()
+    lat = sorted(decided[k] - sent[k] for k in decided)
+    kinds = httpx.get(f"{reps[0].url}/v1/status", headers=H, timeout=60).json()
+    print(f"storm: {n} nodes critical at once; decided {len(lat)}/{n}: decision latency p50 "
+          f"{1e3 * pct(lat, 50):.0f} ms, p99 {1e3 * pct(lat, 99):.0f} ms, max "
+          f"{1e3 * lat[-1] if lat else float('nan'):.0f} ms (send -> audit row); pause "
+          f"{kinds.get('paused')}; load {os.getloadavg()[0]:.2f}", flush=True)
+    return {"storm/p50": pct(lat, 50), "storm/p99": pct(lat, 99)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -193,6 +239,8 @@ def main() -> None:
     ap.add_argument("--before", help="another checkout's src/: its PostgreSQL pair too")
     ap.add_argument("--only", choices=("sqlite", "postgresql"))
     ap.add_argument("--pyspy", help="raw py-spy profile of replica 0's first full-report run")
+    ap.add_argument("--storm", type=int, default=500,
+                    help="then this many nodes turn critical at once (0: skip)")
     a = ap.parse_args()
     dsn = os.environ.get("MINUTIAE_PG_DSN")
     if not dsn:

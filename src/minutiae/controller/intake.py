@@ -172,8 +172,8 @@ class Intake:
         digest = report_digest(body)
         with self._lock:
             prev = self.reports.get(rep.node)
-            if prev is not None and prev.time > rep.time:
-                return rep, digest, False, None
+            if prev is not None and prev.time > rep.time:   # stored once the newer one is
+                return rep, digest, False, self._waiting(rep.node)
             self._keep(rep, domains, digest)
             if key is not None:
                 self.keys[rep.node] = key
@@ -227,6 +227,14 @@ class Intake:
         if self.recorder is not None and full is not None:
             self.recorder.record(rep, full)
         return rep, ticket
+
+    def shift(self, delta: float) -> None:
+        """The wall clock jumped by ``delta``: every kept time moves with it (ages stay)."""
+        with self._lock:
+            self.reports = {n: replace(r, time=r.time + delta) for n, r in self.reports.items()}
+            self._pending = {n: (raw, t + delta, d) for n, (raw, t, d) in self._pending.items()}
+            self._beats = {n: t + delta for n, t in self._beats.items()}
+            self._changed.update(self.reports)
 
     def redate(self, node: str, received: float) -> bool:
         """Another replica stored a heartbeat for ``node`` whose report we hold: re-date it

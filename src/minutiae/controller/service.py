@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from minutiae.clock import Clock
-from minutiae.controller import queries, retry
+from minutiae.controller import clockjump, queries, retry
 from minutiae.controller.commit import Committer
 from minutiae.controller.ha.replicas import fenced_batch, pull_reports
 from minutiae.controller.intake import Intake
@@ -26,7 +26,7 @@ from minutiae.controller.notify.base import Notifier
 from minutiae.controller.policy import Policy
 from minutiae.controller.reconcile import reconcile, with_pause
 from minutiae.controller.record import ReportRecorder
-from minutiae.controller.sched_read import read_states
+from minutiae.controller.sched_read import read_states, read_tolerances
 from minutiae.controller.state import (
     ControllerMemory,
     Decision,
@@ -93,7 +93,8 @@ class Controller:
         self.wake = threading.Event()
         self._lock = threading.Lock()        # reports and counters
         self._mem_lock = threading.RLock()   # memory (step vs pause/unpause)
-        self.intake = Intake(clock.now, self._lock, self.counters, recorder)
+        self._jumps = clockjump.WallJumps(clock)   # reports are dated by ``wall_now``
+        self.intake = Intake(self.wall_now, self._lock, self.counters, recorder)
         #: stores the intake's rows (group commits) before reports are acknowledged
         self.committer = Committer(self.intake, store, self.problem)
         self._views: dict[str, NodeView] = {}
@@ -150,6 +151,13 @@ class Controller:
             self.committer.wake.set()
         return rep, digest, ticket
 
+    def wall_now(self) -> float:
+        """The wall clock; a jump seen here re-dates the kept reports at once."""
+        now, jump = self._jumps.now()
+        if jump:
+            self.intake.shift(jump)
+        return now
+
     @property
     def _reports(self) -> dict[str, Report]:
         return self.intake.reports
@@ -196,7 +204,10 @@ class Controller:
         every node once per ``sched_ttl_s``."""
         t0 = self.clock.monotonic()
         leading = self._lead()
-        now = self.clock.now()
+        now = self.wall_now()
+        if jump := self._jumps.take():   # controller/clockjump.py: act on nothing
+            clockjump.handle_jump(self, jump, now, leading)
+            leading = False
         if leading:
             self.retry_pending()
             retry.retry_due(self, now)
@@ -221,8 +232,8 @@ class Controller:
                     n for n in batch.changed if n not in self._sched}
                     if n in reports or n in self._known)
             states = self._states(want, interesting, now, everything=full)
-            if full:
-                self._read_job_tolerances()
+            if full and (tol := read_tolerances(self.caps, self.problem)) is not None:
+                self._sched_tolerance = tol
             views = self._views
             if full:  # nodes gone from the scheduler that never reported leave the fleet
                 for n in [n for n in views if n not in reports and n not in self._known]:
@@ -373,17 +384,6 @@ class Controller:
 
     def scheduler_tolerances(self) -> dict[str, int]:
         return dict(self._sched_tolerance)
-
-    def _read_job_tolerances(self) -> None:
-        """Jobs' own tolerance from the scheduler (Slurm: ``--comment
-        minutiae:tolerance=N``), when the backend can tell; the API's value wins."""
-        read = self.caps.tolerances
-        if read is None:
-            return
-        try:
-            self._sched_tolerance = dict(read.job_tolerances())
-        except MinutiaeError as exc:  # keep the last known values
-            self.problem(f"job tolerances from the scheduler unknown this step: {exc}")
 
     # ---- views for the API (controller/queries.py) -----------------------------------------
     def node_rows(self) -> list[dict[str, Any]]:
