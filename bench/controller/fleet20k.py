@@ -16,8 +16,8 @@ Printed per replica: achieved reports/s, p50 / p99 latency (open loop: from the 
 time), errors, server CPU seconds per wall second, rows per store transaction; resident memory
 per 10,000 nodes and the projection to 100,000 nodes; the load average while measuring.
 ``--before SRC`` also runs the PostgreSQL pair from another checkout's ``src`` (the code
-before a change) in the same run, as a ratio. ``--pyspy FILE`` records the measured replica
-of the first full-report run (raw collapsed stacks, threads).
+before a change) in the same run, as a ratio. ``--pyspy PATH`` records each measured replica
+in its first full-report run (raw collapsed stacks, threads: ``PATH.<store>.<replica>``).
 
     MINUTIAE_PG_DSN=postgresql://… .venv/bin/python bench/controller/fleet20k.py [--quick]
 """
@@ -100,8 +100,9 @@ def seed(reps: list[ServeProcess], nodes: int) -> list[list[bytes]]:
 
 
 def measure(reps: list[ServeProcess], bodies: list[list[bytes]], k: int, rate: float,
-            other: float, secs: float, pyspy: str | None) -> dict[str, float]:
-    """Open loop: ``rate``/s on replica ``k`` and ``other``/s on the rest, at once."""
+            other: float, secs: float, pyspy: str | None, conns: int) -> dict[str, float]:
+    """Open loop: ``rate``/s on replica ``k`` and ``other``/s on the rest, at once, over
+    ``conns`` keep-alive connections per replica (a report waits for a free one)."""
     c0, s0 = cpu_s(reps[k]), counters(reps[k])["counters"]
     spy = None
     if pyspy and shutil.which("py-spy") and reps[k].proc is not None:
@@ -112,7 +113,7 @@ def measure(reps: list[ServeProcess], bodies: list[list[bytes]], k: int, rate: f
 
     async def go() -> list[tuple[float, list[float], int]]:
         return list(await asyncio.gather(*(
-            raw_load(r.url, "/v1/reports", rate if j == k else other, secs, 64, b)
+            raw_load(r.url, "/v1/reports", rate if j == k else other, secs, conns, b)
             for j, (r, b) in enumerate(zip(reps, bodies, strict=True)) if j == k or other > 0)))
     loop = _loop()
     got = loop.run_until_complete(go())
@@ -152,8 +153,9 @@ def run(label: str, store_args: list[list[str]], nodes: int, a: argparse.Namespa
                         pin(r.proc.pid, 1)  # type: ignore[union-attr]
             for kind, bodies in (("heartbeats", beats), ("full reports", full)):
                 res = [measure(reps, bodies, k, a.rate, a.other_rate, a.secs,
-                               a.pyspy if (i == 0 and kind == "full reports" and k == 0
-                                           and "PostgreSQL" in label) else None)
+                               f"{a.pyspy}.{label.split()[-1].lower()}.{k}" if (
+                                   a.pyspy and i == 0 and kind == "full reports") else None,
+                               a.conns)
                        for i in range(a.runs)]
                 loads.append(os.getloadavg()[0])
                 med = {m: statistics.median(r[m] for r in res) for m in res[0]}
@@ -234,11 +236,15 @@ def main() -> None:
     ap.add_argument("--other-rate", type=float, default=2000.0,
                     help="reports/s on the other replica meanwhile (0: idle)")
     ap.add_argument("--secs", type=float, default=6.0)
+    ap.add_argument("--conns", type=int, default=256,
+                    help="connections per replica (agents are many; 64 caps the rate at "
+                         "64 / latency)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-pin", dest="pin", action="store_false")
     ap.add_argument("--before", help="another checkout's src/: its PostgreSQL pair too")
     ap.add_argument("--only", choices=("sqlite", "postgresql"))
-    ap.add_argument("--pyspy", help="raw py-spy profile of replica 0's first full-report run")
+    ap.add_argument("--pyspy", help="raw py-spy profiles of each replica's first full-report "
+                                    "run: PATH.<store>.<replica>")
     ap.add_argument("--storm", type=int, default=500,
                     help="then this many nodes turn critical at once (0: skip)")
     a = ap.parse_args()

@@ -26,7 +26,9 @@ class Acks:
         self.committer = committer
         self.timeout_s = timeout_s
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._futs: dict[int, asyncio.Future[str | None]] = {}
+        #: ticket → the futures of the requests waiting for it (one each: a request that is
+        #: cancelled cancels only its own)
+        self._futs: dict[int, list[asyncio.Future[str | None]]] = {}
         self._through = -1
         self._failed: OrderedDict[int, str] = OrderedDict()
         committer.listeners.append(self._done)
@@ -49,25 +51,34 @@ class Acks:
             while len(self._failed) > _KEEP_FAILED:
                 self._failed.popitem(last=False)
         for t in [t for t in self._futs if t <= ticket]:
-            fut = self._futs.pop(t)
-            if not fut.done():
-                fut.set_result(self._failed.get(t))
+            err = self._failed.get(t)
+            for fut in self._futs.pop(t):
+                if not fut.done():
+                    fut.set_result(err)
 
     async def stored(self, ticket: int) -> None:
-        """Return once the take ``ticket`` is in the store; raise ``StoreError`` otherwise."""
+        """Return once the take ``ticket`` is in the store; raise ``StoreError`` otherwise.
+        A plain future per request (no per-request timer, task or shield: one
+        ``call_later`` per take bounds the wait)."""
         if self.loop is None:
             self.committer.commit()
         if ticket <= self._through:
             err = self._failed.get(ticket)
         else:
-            fut = self._futs.get(ticket)
-            if fut is None:
-                fut = self._futs[ticket] = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            waiting = self._futs.get(ticket)
+            if waiting is None:
+                waiting = self._futs[ticket] = []
+                loop.call_later(self.timeout_s, self._expire, ticket)
                 self.committer.wake.set()
-            try:
-                err = await asyncio.wait_for(asyncio.shield(fut), self.timeout_s)
-            except TimeoutError:
-                raise StoreError(f"report kept in memory but not stored within "
-                                 f"{self.timeout_s:g} s; send it again") from None
+            waiting.append(fut)
+            err = await fut
         if err is not None:
             raise StoreError(f"report not stored ({err}); send it again")
+
+    def _expire(self, ticket: int) -> None:
+        for fut in self._futs.pop(ticket, ()):
+            if not fut.done():
+                fut.set_result(f"not stored within {self.timeout_s:g} s; the report is kept "
+                               "in memory")

@@ -13,8 +13,10 @@ Same tables and the same audit-before-act transaction as the SQLite store (the S
   digest only; ``report_bodies`` for the reports whose digest it does not hold — a heartbeat
   stored by another replica costs a re-dating, not a parse), so any replica takes any report.
   A report older than the one stored never replaces it (a replayed report is a no-op).
-- Reports are written in one statement per kind (arrays through ``unnest``, in node order),
-  whatever the number of rows: a group commit costs two round trips, not one per report.
+- A take of reports is written in one statement (arrays through ``unnest``, in node order),
+  whatever the number of rows: one round trip per group commit, not one per report. The
+  pool's connections are in autocommit: a single statement is its own transaction; ``_tx``
+  opens one explicitly for the rest.
 
 A small fixed pool (``size`` connections, made on first use) serves every thread of a
 replica: never a connection per node or per request.
@@ -84,19 +86,21 @@ _SCHEMA_LOCK = 0x6D6E7431  # "mnt1"
 _SEQ_OVERLAP = 1000
 
 
-#: a take of full reports: arrays of node, received, report, domains, digest (node order)
-_UPSERT = (
-    "INSERT INTO nodes(node, received, report, domains, digest, writer) "
+#: a take in one statement (one round trip, atomic on its own): full reports (arrays of node,
+#: received, report, domains, digest, in node order) upserted, never over a newer one, and
+#: heartbeats (node, received) re-dating the stored report, never backwards. A take's nodes
+#: are either reports or heartbeats, so the two parts never touch one row.
+_SAVE = (
+    "WITH up AS (INSERT INTO nodes(node, received, report, domains, digest, writer) "
     "SELECT u.*, ? FROM unnest(?::text[], ?::float8[], ?::text[], ?::text[], ?::text[]) "
     "AS u(node, received, report, domains, digest) ORDER BY u.node "
     "ON CONFLICT(node) DO UPDATE SET received=excluded.received, report=excluded.report, "
     "domains=excluded.domains, digest=excluded.digest, seq=nextval('nodes_seq'), "
-    "writer=excluded.writer WHERE nodes.received <= excluded.received")
-#: a take of heartbeats: the stored report re-dated (never backwards)
-_REDATE = (
-    "UPDATE nodes SET received=u.t, seq=nextval('nodes_seq'), writer=? "
-    "FROM unnest(?::text[], ?::float8[]) AS u(node, t) "
-    "WHERE nodes.node=u.node AND nodes.received < u.t")
+    "writer=excluded.writer WHERE nodes.received <= excluded.received RETURNING 1), "
+    "re AS (UPDATE nodes SET received=b.t, seq=nextval('nodes_seq'), writer=? "
+    "FROM unnest(?::text[], ?::float8[]) AS b(node, t) "
+    "WHERE nodes.node=b.node AND nodes.received < b.t RETURNING 1) "
+    "SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM re)")
 
 
 def redact(dsn: str) -> str:
@@ -145,6 +149,7 @@ class PgStore:
             if make:
                 try:
                     c = self.connect()
+                    c.autocommit = True   # one statement, one round trip; _tx for the rest
                 except BaseException:
                     with self._made_lock:
                         self._made -= 1
@@ -175,15 +180,24 @@ class PgStore:
             got = self._sql[sql] = sql.replace("?", "%s")
         return got
 
-    def _tx(self, fn: Callable[[Exec], T], retry: bool = False) -> T:
-        """``fn`` in one transaction; with ``retry``, again (twice at most) when PostgreSQL
-        broke a deadlock with another replica's write by aborting ours."""
+    def _tx(self, fn: Callable[[Exec], T]) -> T:
+        try:
+            with self._conn() as c, c.transaction(), c.cursor() as cur:
+                def ex(sql: str, args: Sequence[Any]) -> Any:
+                    return cur.execute(self._q(sql), tuple(args))
+                return fn(ex)
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.path}: {_one_line(exc)}") from None
+
+    def _one(self, sql: str, args: Sequence[Any] = (), retry: bool = False
+             ) -> list[tuple[Any, ...]]:
+        """One statement on its own (autocommit: atomic, one round trip); its rows. With
+        ``retry``, again (twice at most) when PostgreSQL broke a deadlock by aborting it."""
         for attempt in range(3 if retry else 1):
             try:
-                with self._conn() as c, c.transaction(), c.cursor() as cur:
-                    def ex(sql: str, args: Sequence[Any]) -> Any:
-                        return cur.execute(self._q(sql), tuple(args))
-                    return fn(ex)
+                with self._conn() as c, c.cursor() as cur:
+                    cur.execute(self._q(sql), tuple(args))
+                    return list(cur.fetchall()) if cur.description else []
             except psycopg.errors.DeadlockDetected as exc:
                 if attempt == 2 or not retry:
                     raise StoreError(f"{self.path}: {_one_line(exc)}") from None
@@ -192,7 +206,7 @@ class PgStore:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._tx(lambda ex: list(ex(sql, args).fetchall()))
+        return self._one(sql, args)
 
     def close(self) -> None:
         while True:
@@ -211,13 +225,9 @@ class PgStore:
         if not rows and not beats:
             return
         me = self.identity
-
-        def tx(ex: Exec) -> None:
-            if rows:
-                ex(_UPSERT, (me, *map(list, zip(*rows, strict=True))))
-            if beats:
-                ex(_REDATE, (me, [n for _t, n in beats], [t for t, _n in beats]))
-        self._tx(tx, retry=True)
+        cols: list[list[Any]] = [list(c) for c in zip(*rows, strict=True)] or [[]] * 5
+        self._one(_SAVE, (me, *cols, me, [n for _t, n in beats], [t for t, _n in beats]),
+                  retry=True)
 
     def load_reports(self) -> list[tuple[str, float, str, str]]:
         return [(r[0], r[1], r[2], r[3]) for r in
