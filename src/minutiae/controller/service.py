@@ -60,6 +60,7 @@ class Counters:
     actions_done: int = 0
     actions_failed: int = 0
     holds: int = 0
+    sched_up: bool | None = None  # did the scheduler answer the last read (None: not asked)
     problems: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=50))
     #: how long the last 100 reconcile steps took (seconds, the clock's monotonic time)
     step_s: deque[float] = field(default_factory=lambda: deque(maxlen=100))
@@ -171,6 +172,8 @@ class Controller:
         every fleet node the scheduler knows (``all_states``), reported or not."""
         got = read_states(self.backend, self.caps, list(nodes), everything=everything,
                           in_fleet=self.policy.in_fleet, problem=self.problem)
+        if got.unreachable is not None:
+            self.counters.sched_up = not got.unreachable
         if got.known is not None:
             self._known = set(got.known)
         need, failed = sorted(got.states.keys() | got.failed), got.failed

@@ -113,7 +113,7 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
               actions.router(controller, auth),
               reads.router(controller, [Depends(bearer_auth(token, m, read_token))]
                            if read_token else ()),
-              metrics.router(controller, m), ui.router(controller, token, m.refuse),
+              metrics.router(controller, m), ui.router(controller, token, m.refuse, read_token),
               slack.router(controller, m.refuse)):
         app.include_router(r)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -4,6 +4,7 @@ stored: ``minutiae.controller.http.acks``) and the benchmark echo."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ def handlers(controller: Controller, m: Metrics, acks: Acks) -> dict[str, Handle
         """One parse of the body, validated by ``minutiae.controller.wire``; or a heartbeat
         ``{"node", "digest", "agent"}`` for an unchanged verdict (``controller.intake``).
         Answered once stored (a 503 when the store could not take it)."""
+        t0 = time.perf_counter()
         try:
             body = json.loads(raw)
         except ValueError as exc:
@@ -33,6 +35,7 @@ def handlers(controller: Controller, m: Metrics, acks: Acks) -> dict[str, Handle
         if ticket is not None:
             await acks.stored(ticket)
         m.reports.inc()
+        m.ingest.observe(time.perf_counter() - t0)
         return 202, {"node": rep.node, "accepted": True, "received": rep.time,
                      "digest": digest}
 
