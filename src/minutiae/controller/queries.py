@@ -72,7 +72,10 @@ def status(ctl: Controller, rows: list[dict[str, Any]] | None = None) -> dict[st
                   "actions_done": c.actions_done, "actions_failed": c.actions_failed,
                   "holds": c.holds, "scheduler_up": c.sched_up,
                   "last_step_ms": round(1e3 * c.step_s[-1], 1) if c.step_s else None,
-                  "max_step_ms": round(1e3 * max(c.step_s), 1) if c.step_s else None}
+                  "max_step_ms": round(1e3 * max(c.step_s), 1) if c.step_s else None,
+                  # acknowledge after store: reports stored, in how many transactions
+                  "reports_stored": ctl.committer.rows,
+                  "store_writes": ctl.committer.writes}
     out = status_view(rows, dry_run=ctl.dry_run, scheduler=ctl.backend.name,
                       policy=ctl.policy.source, pause=ctl.memory.pause,
                       pending=len(ctl.store.pending()), last_step=ctl.last_step,

@@ -72,3 +72,16 @@ def read_states(backend: SchedulerBackend, caps: Capabilities, nodes: Sequence[s
             out[n] = None
             failed.add(n)
     return StatesRead(out, frozenset(failed), None, down)
+
+
+def read_tolerances(caps: Capabilities, problem: Callable[[str], None]) -> dict[str, int] | None:
+    """Jobs' own tolerance from the scheduler (Slurm: ``--comment minutiae:tolerance=N``) when
+    the backend can tell; None: not known this time (keep the last values)."""
+    read = caps.tolerances
+    if read is None:
+        return None
+    try:
+        return dict(read.job_tolerances())
+    except MinutiaeError as exc:
+        problem(f"job tolerances from the scheduler unknown this step: {exc}")
+        return None
