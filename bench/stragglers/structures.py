@@ -1,6 +1,7 @@
 """minutiae's straggler detector on jobs from the independent generator (``worlds.py``).
 
     .venv/bin/python bench/stragglers/structures.py [--seeds 10] [--only NAME] [--json out.json]
+        [--first-seed 0] [--jobs N]
     .venv/bin/python bench/stragglers/structures.py --calibration [--seeds 10]
 
 ``MINUTIAE_SRC=DIR`` measures another copy of the source (e.g. ``git archive`` of an older
@@ -36,6 +37,22 @@ from minutiae.errors import MinutiaeError  # noqa: E402
 
 GOALS = {"gpu+10%": 5, "gpu+5%": 20, "gpu+3%": 50, "node+5%": 20, "node+8%_from0": None,
          "node+5%_after_restart": 20, "gpu+10%_before_restart": 5, "wait_total_gpu+10%": None, "ring_link+30%": None}
+
+
+#: worker processes the jobs are spread over (``--jobs``; 1: in this process)
+JOBS = 1
+_POOL = None
+
+
+def _map(worlds_: list[worlds.World]) -> list[dict]:
+    """``run_one`` over ``worlds_`` in order (in ``JOBS`` processes when > 1)."""
+    global _POOL
+    if JOBS <= 1:
+        return [run_one(w) for w in worlds_]
+    if _POOL is None:
+        from concurrent.futures import ProcessPoolExecutor
+        _POOL = ProcessPoolExecutor(JOBS)
+    return list(_POOL.map(run_one, worlds_))
 
 
 def run_one(w: worlds.World) -> dict:
@@ -79,10 +96,8 @@ def benign_rows(seeds: int, only: str | None, first_seed: int = 0) -> list[dict]
     for name in [w.name for w in worlds.benign(0)]:
         if only and only not in name:
             continue
-        runs = []
-        for seed in range(first_seed, first_seed + seeds):
-            w = next(x for x in worlds.benign(seed) if x.name == name)
-            runs.append(run_one(w))
+        runs = _map([next(x for x in worlds.benign(seed) if x.name == name)
+                     for seed in range(first_seed, first_seed + seeds)])
         counts = [len(r["suspects"]) for r in runs]
         errors = sum(1 for r in runs if "error" in r)
         sus = [s for r in runs for s in r["suspects"]]
@@ -106,9 +121,9 @@ def fault_rows(seeds: int, only: str | None, noise: dict[str, float] | None = No
         if only and only not in name:
             continue
         found, delays, other, warns, extra = 0, [], 0, set(), []
-        for seed in range(first_seed, first_seed + seeds):
-            w = next(x for x in worlds.faulty(seed, noise) if x.name == name)
-            r = run_one(w)
+        jobs = [next(x for x in worlds.faulty(seed, noise) if x.name == name)
+                for seed in range(first_seed, first_seed + seeds)]
+        for w, r in zip(jobs, _map(jobs), strict=True):
             series = "communication" if w.ring else "step" if w.wait_total else None
             if series is not None:  # job-level findings: the data cannot name a rank
                 onset = w.ring_onset if w.ring else w.faults[0].start
@@ -209,8 +224,11 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=0,
                     help="seeds first_seed .. first_seed + seeds - 1 (10: seeds never looked at "
                          "while the detector was built)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (wall time only)")
     a = ap.parse_args()
-    t0 = time.perf_counter()
+    global JOBS
+    JOBS = a.jobs
+    t0, c0 = time.perf_counter(), _cpu()
     load0 = os.getloadavg()[0]
     if a.calibration:
         rows = calibration_rows(a.seeds, a.only)
@@ -239,10 +257,19 @@ def main() -> None:
     for r in f:
         if r["extra"].get("job_level") or r["extra"].get("data_limits"):
             print(f"  {r['fault']} (seed 0): {json.dumps(r['extra'])[:300]}")
-    print(f"\n{time.perf_counter() - t0:.0f} s wall, load {load0:.1f} -> {os.getloadavg()[0]:.1f}")
+    if _POOL is not None:
+        _POOL.shutdown()
+    print(f"\n{time.perf_counter() - t0:.0f} s wall, {_cpu() - c0:.0f} CPU s (workers included), "
+          f"{a.jobs} process(es), load {load0:.1f} -> {os.getloadavg()[0]:.1f}")
     if a.json:
         Path(a.json).write_text(json.dumps({"benign": b, "faults": f, "faults_no_ar": f2},
                                            indent=1, default=str))
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished workers."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def _print_faults(rows: list[dict]) -> None:

@@ -65,6 +65,15 @@ def test_a_moving_hot_expert_is_workload_imbalance_not_hardware(seed: int) -> No
     assert "not a GPU or node fault" in r.workload.pattern
 
 
+def test_a_hot_expert_that_comes_back_to_a_rank_is_still_workload() -> None:
+    # seed 19: rank 94 is hot for steps 42-78, quiet for 134 steps, then hot again for the last
+    # 87 (the heat came back to it): before, one GPU suspect "+5.6 % since step 42" (slow on
+    # ~89 % of its last 100 steps, so "persistent"); it recovered for 20 steps since its alarm
+    _, r = _run("moe_hot_expert", 19)
+    assert r.suspects == ()
+    assert r.workload is not None and 94 in r.workload.ranks
+
+
 def test_sparse_logging_is_not_stopped() -> None:
     _, r = _run("sparse_logging", 0)  # before: the 64 ranks logging every 10th step "stopped"
     assert r.stopped == () and r.suspects == ()
@@ -111,6 +120,17 @@ def test_faults_under_tp_shared_and_ar_noise(seed: int) -> None:
     assert r.suspects[0].detected_step - w.faults[0].start + 1 <= 20
     w, r = _run("node+8%_from0", seed)
     assert [s.component for s in r.suspects] == [f"node:{worlds.fault_nodes(w)[w.faults[0]]}"]
+
+
+@pytest.mark.parametrize("seed", (1, 8, 12))
+def test_a_5pct_gpu_under_ar_wander_is_found_from_the_level_shift_signature(seed: int) -> None:
+    # under AR(1) 0.95 the whitened ratios keep ~20 % of a lasting shift after a few steps, so
+    # the CUSUMs found these at 62, 67 and 135 steps from the onset; the level-shift test
+    # (shift.py) weighs each innovation by the shift's signature: 23, 12 and 22
+    w, r = _run("gpu+5%", seed)
+    hit = [s for s in r.suspects if w.faults[0].target in s.ranks]
+    assert len(r.suspects) == 1 and hit and hit[0].detector == "shift"
+    assert hit[0].detected_step - w.faults[0].start + 1 <= 30
 
 
 def test_min_slowdown_zero_shows_what_the_floor_hides() -> None:

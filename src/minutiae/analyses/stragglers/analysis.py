@@ -333,7 +333,7 @@ class StragglerAnalysis:
         rows = self.compute.recent_rows()
         # moving first: a recovered hot spot is evidence of the pattern, whatever its size
         suspects, workload = split_moving(suspects, rows, index, steps,
-                                          self.options.min_slowdown)
+                                          self.options.min_slowdown, self.compute.recovery.low)
         suspects = self._own_history(suspects)
         # the warm-up's last step number (a log keeping one step in N numbers them N apart)
         warm_end = int(steps[min(self.options.warmup, steps.size) - 1]) if steps.size else first

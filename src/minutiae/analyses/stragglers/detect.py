@@ -23,7 +23,9 @@ import numpy as np
 
 from minutiae.analyses.stragglers.armodel import ArModel
 from minutiae.analyses.stragglers.medians import group_medians
+from minutiae.analyses.stragglers.recovery import Recovery
 from minutiae.analyses.stragglers.prep import log_times
+from minutiae.analyses.stragglers.shift import ShiftTest
 from minutiae.analyses.stragglers.types import Design, Reference
 from minutiae.analyses.stragglers.whiten import NoiseState
 
@@ -36,8 +38,7 @@ SHORT_BLOCK = 4
 SMALL_COLUMNS = 2048
 #: reference of the estimation-only CUSUM that dates large shifts (>= 6 sigma)
 ESTIMATOR_K = 3.0
-#: the last this many tested steps of every rank are kept (is a slowdown still there? and the
-#: noise model's refits)
+#: tested steps of every rank kept (is a slowdown still there? the noise model's refits)
 RECENT = 100
 def _spans(members: list[np.ndarray]) -> list[slice] | None:
     """Each group as one contiguous slice of columns, or None when they are not."""
@@ -72,7 +73,7 @@ class Alarms:
     index: np.ndarray
     since_step: np.ndarray
     detected_step: np.ndarray
-    detector: np.ndarray  # 0 = fast, 1 = slow
+    detector: np.ndarray  # 0 = fast, 1 = slow, 2 = level shift (``shift.py``)
     score: np.ndarray
     mean_log_ratio: np.ndarray
     se_log_ratio: np.ndarray
@@ -207,6 +208,8 @@ class SeriesDetector:
         n = groups.size
         self.tests = [_Cusum(n, d.k, d.clip, d.h) for d in self.noise.designs]
         self.estimator = _Cusum(n, ESTIMATOR_K, ESTIMATOR_K + 4.0, float("inf"))
+        self.shift = ShiftTest(n, self.noise.shift_c)
+        self.recovery = Recovery(n)
         self.alarm_step = np.full(n, -1, dtype=np.int64)
         self.alarm_since = np.full(n, -1, dtype=np.int64)
         self.alarm_det = np.full(n, -1, dtype=np.int8)
@@ -293,6 +296,11 @@ class SeriesDetector:
                 better = at < first[cand]
                 first[cand[better]] = at[better]
                 which[cand[better]] = d
+        sh = None if self.noise.model.white else self.shift.run(  # level shift: ``shift.py``
+            z, r, None if missing is None else ok, steps, self.noise.model, waiting)
+        if sh is not None:
+            better = sh[0] < first
+            first[better], which[better] = sh[0][better], 2
         new = np.flatnonzero(first < n_steps)
         cols = (cum_r, cum_n)
         if new.size:
@@ -310,6 +318,9 @@ class SeriesDetector:
             shift = u_e[0] / np.maximum(u_e[1], 1) / self.sigma[new].astype(np.float64)
             sharp = (est[ta, new] > 0) & (shift >= 2 * self.estimator.k)
             since[sharp], sums[:, sharp] = s_e[sharp], u_e[:, sharp]
+            if sh is not None:
+                pick = det == 2
+                since[pick], sums[:, pick] = sh[1][new[pick]], sh[2][:, new[pick]]
             self.alarm_since[new] = since
             self.alarm_peak[new] = sums[0] / np.maximum(sums[1], 1.0)
             self.alarm_sums[0, new] = sums[0] + cum_r[-1, new] - cum_r[ta, new]
@@ -318,7 +329,8 @@ class SeriesDetector:
             # the score is over the alarm tests only: ``runs`` ends with the estimator's run
             # (h = inf), so it is indexed by test, never zipped against ``self.tests``
             self.alarm_score[new] = np.max(
-                [runs[d][0][ta, new] / t.h for d, t in enumerate(self.tests)], axis=0)
+                [runs[d][0][ta, new] / t.h for d, t in enumerate(self.tests)]
+                + ([] if sh is None else [sh[3][new]]), axis=0)
             self.alarm_step[new] = steps[ta]
         old = np.flatnonzero(~waiting)
         if old.size:
@@ -334,8 +346,9 @@ class SeriesDetector:
         """After a block: its ratios into the noise model's variogram (a rank's rows from its
         alarm on are not noise any more) and each rank's last step with a value."""
         gone = self.alarm_step >= 0
-        self.noise.add(r, missing,
-                       (steps[:, None] >= self.alarm_step[None, :]) & gone if gone.any() else None)
+        after = (steps[:, None] >= self.alarm_step[None, :]) & gone if gone.any() else None
+        self.noise.add(r, missing, after)
+        self.recovery.add(r, missing, after)
         if missing is None:
             self.last_step[:] = steps[-1]
         else:

@@ -67,7 +67,7 @@ def _hits(a: Alarms) -> dict[int, _Hit]:
         m, se = float(a.mean_log_ratio[j]), float(a.se_log_ratio[j])
         out[i] = _Hit(i, float(np.expm1(m)), float(np.expm1(m - 1.96 * se)),
                       float(np.expm1(m + 1.96 * se)), int(a.since_step[j]),
-                      int(a.detected_step[j]), "fast" if a.detector[j] == 0 else "slow",
+                      int(a.detected_step[j]), ("fast", "slow", "shift")[int(a.detector[j])],
                       float(a.score[j]), float(np.expm1(a.peak_log_ratio[j])))
     return out
 

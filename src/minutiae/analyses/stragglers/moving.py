@@ -5,7 +5,8 @@ tens of steps and then another: every rank that was hot alarms, and each alarm l
 slow GPU. A hardware fault stays; a workload hot spot recovers and reappears elsewhere. So:
 a suspect whose ranks' mean ratio over their last ``detect.RECENT`` steps is below
 ``RECOVERED`` of its slowdown has recovered; when at least ``MIN_MOVES`` suspects on different
-ranks recovered, the job's slowness moves and every suspect of that kind that is not
+ranks recovered (now, or for ``LAST`` steps at any time since they alarmed: ``Recovery``; a
+hot expert may come back to a rank it left), the job's slowness moves and every suspect of that kind that is not
 persistent (slower by at least ``PART`` of its size on ``PERSISTENT`` of the last
 ``detect.RECENT`` steps since its onset, and at least ``HOLD`` steps) is reported in one
 workload-imbalance finding (its ranks, size and pattern) instead of hardware. A fault in such
@@ -21,11 +22,10 @@ import numpy as np
 
 from minutiae.analyses.stragglers.floor import DEFAULT_MIN_SLOWDOWN, KEEP_SHARE
 from minutiae.analyses.stragglers.floor import size as size_of
+from minutiae.analyses.stragglers.recovery import LAST
 from minutiae.analyses.stragglers.types import Basis, Scope, Suspect, WorkloadImbalance
 
 RECOVERED = 0.33
-#: steps a suspect's recovery is judged on (the most recent ones)
-LAST = 20
 MIN_MOVES = 2
 #: a hardware slowdown is there on this share of the last ``detect.RECENT`` steps...
 PERSISTENT = 0.9
@@ -65,11 +65,11 @@ def _persistent(rows: np.ndarray, size: float, since: int) -> bool:
 
 
 def split_moving(suspects: list[Suspect], rows: np.ndarray, index: dict[int, int],
-                 steps: np.ndarray, floor: float,
+                 steps: np.ndarray, floor: float, low: np.ndarray | None = None,
                  ) -> tuple[list[Suspect], WorkloadImbalance | None]:
     """(hardware suspects, the workload finding or None). ``rows`` are the last tested steps'
     log-ratios of every rank index (oldest first); ``index`` maps rank ids to indices;
-    ``steps`` the steps tested; only alarms of at least ``KEEP_SHARE`` x ``floor`` count (a
+    ``steps`` the steps tested; ``low`` per rank index ``Recovery.low``; only alarms of at least ``KEEP_SHARE`` x ``floor`` count (a
     GPU wandering below the floor is no evidence of moving work)."""
     floor = max(floor, DEFAULT_MIN_SLOWDOWN)  # --min-slowdown 0 shows more, not less
 
@@ -80,8 +80,12 @@ def split_moving(suspects: list[Suspect], rows: np.ndarray, index: dict[int, int
     def since(s: Suspect) -> int:
         return int(steps.size - np.searchsorted(steps, s.since_step))
 
-    gone = [s for s in suspects if eligible(s)
-            and _now(_ratios(rows, s, index)) < RECOVERED * np.log1p(size_of(s))]
+    def recovered(s: Suspect) -> bool:
+        bar = RECOVERED * np.log1p(size_of(s))
+        was = low is not None and float(np.median(low[[index[r] for r in s.ranks]])) < bar
+        return was or _now(_ratios(rows, s, index)) < bar
+
+    gone = [s for s in suspects if eligible(s) and recovered(s)]
     if len({s.rank for s in gone}) < MIN_MOVES:
         return suspects, None
     moving = [s for s in suspects if eligible(s) and (

@@ -26,7 +26,7 @@ variogram through the job and refits them as it runs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,7 +44,9 @@ from minutiae.analyses.stragglers.calib import (
     noise_sigma,
     sigma_inflation,
     tail_design,
+    threshold_for,
 )
+from minutiae.analyses.stragglers.shift import threshold
 from minutiae.analyses.stragglers.types import Design, DetectorDesign
 
 #: the state is updated with innovations winsorised at this many noise sigmas (a GC pause or a
@@ -208,6 +210,17 @@ def next_refit(rows: int) -> int:
     return (rows // REFIT_LATER + 1) * REFIT_LATER
 
 
+def designs(design: Design, tail: np.ndarray | None, model: ArModel) -> list[DetectorDesign]:
+    """The tests' designs, thresholds raised for the tails of ``tail`` (``calib.tail_design``).
+    With an AR part the level-shift test (``shift.py``) runs on half the slow test's budget,
+    so the slow test keeps the other half (its threshold from half its share)."""
+    out = list(design.detectors)
+    if not model.white:
+        slow = out[-1]
+        out[-1] = replace(slow, alpha=slow.alpha / 2, h=threshold_for(slow.k, slow.alpha / 4))
+    return [d if tail is None else tail_design(d, tail) for d in out]
+
+
 class NoiseState:
     """One series' noise as the job runs: its model, the filter whose innovations the tests
     see, the variogram it is refitted on, and the tests' designs (thresholds raised for heavy
@@ -221,9 +234,13 @@ class NoiseState:
         self.design = design
         self.whitener = None if model.white else Whitener(model, ratio_sigma)
         self.variogram = Variogram(columns(ratio_sigma.size))
-        self.designs: list[DetectorDesign] = [
-            d if tail is None else tail_design(d, tail) for d in design.detectors]
+        self.designs = designs(design, tail, model)
         self.rows = 0
+
+    @property
+    def shift_c(self) -> float:
+        """The level-shift test's threshold (``shift.py``): half the slow test's budget."""
+        return threshold(self.design.detectors[-1].alpha / 2.0)
 
     def innovations(self, r: np.ndarray, missing: np.ndarray | None) -> np.ndarray:
         return r if self.whitener is None else self.whitener.innovations(r, missing)
@@ -248,7 +265,7 @@ class NoiseState:
                     None if self.fallback is None else self.model)
         if new is None:
             return 1.0
-        self.designs = [tail_design(d, new.tail) for d in self.design.detectors]
+        self.designs = designs(self.design, new.tail, new.model)
         if new.model == self.model:
             return 1.0
         level = None if self.whitener is None else self.whitener.level
