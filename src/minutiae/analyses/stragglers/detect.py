@@ -23,8 +23,8 @@ import numpy as np
 
 from minutiae.analyses.stragglers.armodel import ArModel
 from minutiae.analyses.stragglers.medians import group_medians
-from minutiae.analyses.stragglers.recovery import Recovery
 from minutiae.analyses.stragglers.prep import log_times
+from minutiae.analyses.stragglers.recovery import Recovery
 from minutiae.analyses.stragglers.shift import ShiftTest
 from minutiae.analyses.stragglers.types import Design, Reference
 from minutiae.analyses.stragglers.whiten import NoiseState

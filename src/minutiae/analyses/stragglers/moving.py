@@ -81,7 +81,7 @@ def split_moving(suspects: list[Suspect], rows: np.ndarray, index: dict[int, int
         return int(steps.size - np.searchsorted(steps, s.since_step))
 
     def recovered(s: Suspect) -> bool:
-        bar = RECOVERED * np.log1p(size_of(s))
+        bar = RECOVERED * float(np.log1p(size_of(s)))
         was = low is not None and float(np.median(low[[index[r] for r in s.ranks]])) < bar
         return was or _now(_ratios(rows, s, index)) < bar
 

@@ -29,15 +29,17 @@ class Recovery:
     def add(self, r: np.ndarray, missing: np.ndarray | None, after: np.ndarray | None) -> None:
         """``r`` (steps, ranks) the block's log-ratios; ``after``: where a rank had alarmed
         (None: no rank has)."""
+        if after is None:  # no rank has alarmed: nothing to carry
+            self.tail[:] = np.nan
+            return
         x = r.astype(np.float32)
         if missing is not None:
             x[missing] = np.nan
-        if after is not None:
-            x[~after] = np.nan
+        x[~after] = np.nan
         x = np.concatenate([self.tail, x])
         self.tail = x[-(LAST - 1):]
-        cols = np.flatnonzero(np.isfinite(x).any(axis=0)) if after is not None else []
-        if len(cols) == 0 or x.shape[0] < LAST:
+        cols = np.flatnonzero(np.isfinite(x).any(axis=0))
+        if cols.size == 0:
             return
         # each window summed on its own (the same values in the same order whatever the blocks)
         v = np.lib.stride_tricks.sliding_window_view(x[:, cols], LAST, axis=0)
