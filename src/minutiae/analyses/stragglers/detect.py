@@ -296,11 +296,8 @@ class SeriesDetector:
                 better = at < first[cand]
                 first[cand[better]] = at[better]
                 which[cand[better]] = d
-        sh = None if self.noise.model.white else self.shift.run(  # level shift: ``shift.py``
-            z, r, None if missing is None else ok, steps, self.noise.model, waiting)
-        if sh is not None:
-            better = sh[0] < first
-            first[better], which[better] = sh[0][better], 2
+        sh = None if self.noise.model.white else self.shift.merge(  # level shift: ``shift.py``
+            z, r, None if missing is None else ok, steps, self.noise.model, waiting, first, which)
         new = np.flatnonzero(first < n_steps)
         cols = (cum_r, cum_n)
         if new.size:

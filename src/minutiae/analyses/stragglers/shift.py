@@ -104,6 +104,16 @@ class ShiftTest:
                           | (self.age >= WINDOW))
         return first, since, sums, score
 
+    def merge(self, z: np.ndarray, r: np.ndarray, ok: np.ndarray | None, steps: np.ndarray,
+              model: ArModel, waiting: np.ndarray, first: np.ndarray, which: np.ndarray,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``run``, and where this test alarms before the CUSUMs (block row ``first``), that
+        row and ``which`` = 2 set in place."""
+        out = self.run(z, r, ok, steps, model, waiting)
+        better = out[0] < first
+        first[better], which[better] = out[0][better], 2
+        return out
+
     def _restart(self, where: np.ndarray) -> None:
         for a, v in ((self.geo, 1.0), (self.age, 0.0), (self.s, 0.0), (self.g2, 0.0),
                      (self.sum_r, 0.0), (self.sum_n, 0.0)):
