@@ -135,3 +135,16 @@ def test_a_new_node_or_dry_run_overlay_is_in_the_kept_rows(tmp_path: Path) -> No
     rows, counted = cache.refresh(ctl, ["gpu2050"])
     assert _kept(rows) == _fresh(ctl) and counted["would_be_drained"] >= 1
     assert any(r["node"] == "gpu2050" and r["would"] for r in rows)
+
+
+def test_kept_tiles_render_the_same_map_and_a_changed_row_its_new_tile() -> None:
+    from minutiae.controller.http.pages import Tiles, fleet_map
+
+    rows: list[dict[str, Any]] = [
+        {"node": f"n{i}", "health": "healthy", "sched": "available", "silent": False,
+         "would": None, "domains": {"rack": f"r{i // 4}"}} for i in range(12)]
+    tiles: Tiles = {}
+    assert fleet_map(rows, tiles=tiles) == fleet_map(rows) and len(tiles) == 12
+    rows[5] = {**rows[5], "health": "unhealthy", "sched": "drained"}   # a new row, not edited
+    again = fleet_map(rows, tiles=tiles)
+    assert again == fleet_map(rows) and 'class="t h-unhealthy s-drained" data-n="n5"' in again

@@ -24,6 +24,7 @@ from urllib.parse import parse_qs
 from fastapi import Request
 
 from minutiae.controller import queries
+from minutiae.controller.http.pages import Tiles
 from minutiae.controller.service import Controller
 
 COOKIE = "minutiae_ui"
@@ -131,6 +132,9 @@ class Snapshot:
         #: renderings of the current rows (the map for given filters), dropped with them
         self._cache: dict[tuple[object, ...], str] = {}
         self._cache_of: object = None
+        #: the map's tiles by row (``pages.fleet_map``): after a change only the changed
+        #: nodes' tiles are made again (20,000 tiles: most of a map's rendering)
+        self.tiles: Tiles = {}
 
     def refresh(self, nodes: Collection[str] | None = None) -> None:
         """Rows up to date (``nodes``: only these changed; ``()``: none, the status only) and
@@ -170,6 +174,10 @@ class Snapshot:
         with self.lock:
             if self._cache_of is not rows:
                 self._cache, self._cache_of = {}, rows
+                if len(self.tiles) > len(rows) + 1024:   # rows gone: their tiles too
+                    old = self.tiles
+                    self.tiles = {id(r): t for r in rows
+                                  if (t := old.get(id(r))) is not None and t[0] is r}
             hit = self._cache.get(key)
         if hit is None:
             hit = make(rows)
