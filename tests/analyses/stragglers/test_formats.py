@@ -119,7 +119,8 @@ def _megatron_all(iters: int, ranks: int, slow: int = -1, since: int = 10**9) ->
     return out
 
 
-@pytest.mark.parametrize("prefix", ["", "[default7]:", "3: ", "2026-01-02T03:04:05.5Z 3: "])
+@pytest.mark.parametrize("prefix", ["", "[default7]:", "3: ", "2026-01-02T03:04:05.5Z 3: ",
+                                    "2026-01-02T03:04:05.123456789Z "])  # kubectl --timestamps
 def test_megatron_all_behind_launcher_prefixes(prefix: str) -> None:
     text = "\n".join(prefix + line for line in _megatron_all(5, 4)) + "\n"
     df = parse_timings(text.encode(), "x.log")

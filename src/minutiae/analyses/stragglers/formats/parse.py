@@ -16,9 +16,10 @@ import io
 import mmap
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import polars as pl
 
-from minutiae.analyses.stragglers.formats import megatron
+from minutiae.analyses.stragglers.formats import fastrank, megatron
 from minutiae.analyses.stragglers.formats.base import LineReader
 from minutiae.analyses.stragglers.formats.prefix import strip_frame
 from minutiae.analyses.stragglers.formats.registry import READERS
@@ -36,31 +37,46 @@ RANKS_OUT = {"step": pl.Int32, "rank": pl.Int32, "seconds": pl.Float32, "section
 _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 
 
-def _chunks(data: Buffer, size: int, stop: int) -> Iterator[tuple[int, bytes]]:
-    """(first line number, bytes of whole lines) pieces of ``data[:stop]`` (``data`` may be an
-    mmap of the file: only one piece is in memory at a time)."""
-    start, line0 = 0, 1
+class _Renumber(Exception):
+    """The lines left after the fast path did not come back one row each."""
+
+
+def _spans(data: Buffer, size: int, stop: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of pieces of whole lines of ``data[:stop]`` (``data`` may be an mmap of the
+    file: only one piece is in memory at a time)."""
+    start = 0
     while start < stop:
         end = min(stop, start + size)
         if end < stop:
             cut = data.rfind(b"\n", start, end)
             end = cut + 1 if cut >= start else (data.find(b"\n", end) + 1 or stop)
-        piece = data[start:end]
-        yield line0, piece
-        line0 += piece.count(b"\n")
+        yield start, end
         start = end
 
 
-def _lines(piece: bytes, line0: int) -> pl.DataFrame:
-    """Numbered lines of a chunk (blank lines kept, so numbers are the file's), tqdm's ``\r``
-    redraws split, ANSI colours dropped, launcher prefixes stripped."""
+def _release(data: Buffer, start: int, end: int) -> None:
+    """Drop a mapped piece once read: its pages stay in the page cache, not in our memory."""
+    if isinstance(data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        first = start - start % mmap.PAGESIZE
+        data.madvise(mmap.MADV_DONTNEED, first, end - first)
+
+
+def _lines(piece: bytes, line0: int, numbers: np.ndarray | None = None) -> pl.DataFrame:
+    """Numbered lines of a chunk (blank lines kept, so numbers are the file's; ``numbers``: the
+    chunk's line index of each line when some were taken out), tqdm's ``\r`` redraws split,
+    ANSI colours dropped, launcher prefixes stripped."""
     if b"\x1f" in piece:  # the separator that keeps each line one cell
         piece = piece.replace(b"\x1f", b" ")
     df = pl.read_csv(io.BytesIO(piece), has_header=False, separator="\x1f", quote_char=None,
                      new_columns=["line"], schema={"line": pl.String}, encoding="utf8-lossy",
-                     truncate_ragged_lines=True)
-    df = df.with_columns(pl.col("line").fill_null("")).with_row_index("no", offset=line0)
-    df = df.with_columns(pl.col("no").cast(pl.Int64))
+                     truncate_ragged_lines=True) if piece else pl.DataFrame(schema={"line": pl.String})
+    df = df.with_columns(pl.col("line").fill_null(""))
+    if numbers is None:
+        df = df.with_row_index("no", offset=line0).with_columns(pl.col("no").cast(pl.Int64))
+    elif df.height == numbers.size:
+        df = df.select(pl.Series("no", numbers + line0, pl.Int64), "line")
+    else:
+        raise _Renumber
     if b"\r" in piece:
         df = df.with_columns(pl.col("line").str.split("\r")).explode("line")
     if b"\x1b[" in piece:
@@ -92,10 +108,14 @@ def parse_log(data: Buffer, where: str, chunk: int = CHUNK) -> TrainLog:
     carry = megatron.Carry()
     ranks, steps, minmax, bad, orphans = [], [], [], [], []
     lines = key_value = 0
-    for line0, piece in _chunks(data, chunk, stop):
-        df = _lines(piece, line0)
-        lines = line0 + piece.count(b"\n") - 1
-        found = megatron.read(df, carry)
+    known: dict[bytes, bool] = {}
+    line0 = 1
+    for start, end in _spans(data, chunk, stop):
+        df, taken, count = _split(data, start, end, line0, known)
+        _release(data, start, end)
+        lines = line0 + count - 1
+        line0 += count
+        found = megatron.read(df, carry, taken)
         carry = found.carry
         ranks.append(found.ranks)
         steps.append(found.steps)
@@ -120,6 +140,40 @@ def parse_log(data: Buffer, where: str, chunk: int = CHUNK) -> TrainLog:
     if key_value and log.formats[:1] == ("megatron",):
         log = dataclasses.replace(log, formats=("megatron-deepspeed", *log.formats[1:]))
     return log
+
+
+def _split(data: Buffer, start: int, end: int, line0: int, known: dict[bytes, bool]
+           ) -> tuple[pl.DataFrame, pl.DataFrame | None, int]:
+    """The piece's lines for the general readers, Megatron's rank lines read from the bytes
+    (``fastrank``: the bulk of an ``all`` log) when it has any, and its number of lines."""
+    if data.find(b"rank ", start, end) < 0:
+        piece = data[start:end]
+        return _lines(piece, line0), None, piece.count(b"\n")
+    # the piece in place (no copy), with up to 8 bytes after it to read its last line's words
+    view = np.frombuffer(data, np.uint8, min(end + 8, len(data)) - start, start)
+    taken = fastrank.scan(view, end - start, _general_rank, known)
+    count = taken.newlines.size
+    if taken.count == 0:
+        return _lines(data[start:end], line0), None, count
+    blob, numbers = fastrank.rest(view, taken)
+    del view  # an mmap cannot be closed while an array looks into it
+    try:
+        rest = _lines(blob, line0, numbers)
+    except _Renumber:  # the CSV reader saw a different number of lines: read it all as text
+        return _lines(data[start:end], line0), None, count
+    frame = pl.DataFrame({"no": taken.lines + line0, "rank": taken.rank,
+                          "seconds": taken.seconds},
+                         schema={"no": pl.Int64, "rank": pl.Int32, "seconds": pl.Float32})
+    return rest, frame, count
+
+
+def _general_rank(line: bytes) -> tuple[int, float] | None:
+    """What the general reader makes of one line inside a ``times across ranks`` block."""
+    found = megatron.read(_lines(line + b"\n", 1), megatron.Carry(1, "all", "t"))
+    if found.ranks.height != 1 or found.orphans.height:
+        return None
+    rank, seconds = found.ranks.row(0)[1:3]
+    return int(rank), float(seconds)
 
 
 def _feed(readers: list[LineReader], rest: pl.DataFrame) -> None:
