@@ -15,6 +15,7 @@ import dataclasses
 import io
 import mmap
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import polars as pl
@@ -108,11 +109,11 @@ def parse_log(data: Buffer, where: str, chunk: int = CHUNK) -> TrainLog:
     carry = megatron.Carry()
     ranks, steps, minmax, bad, orphans = [], [], [], [], []
     lines = key_value = 0
-    known: dict[bytes, bool] = {}
     line0 = 1
-    for start, end in _spans(data, chunk, stop):
-        df, taken, count = _split(data, start, end, line0, known)
-        _release(data, start, end)
+    for df, taken, count in _pieces(data, chunk, stop):
+        if line0 != 1:  # pieces are numbered from 1 each
+            df = df.with_columns(pl.col("no") + (line0 - 1))
+            taken = None if taken is None else taken.with_columns(pl.col("no") + (line0 - 1))
         lines = line0 + count - 1
         line0 += count
         found = megatron.read(df, carry, taken)
@@ -142,26 +143,56 @@ def parse_log(data: Buffer, where: str, chunk: int = CHUNK) -> TrainLog:
     return log
 
 
-def _split(data: Buffer, start: int, end: int, line0: int, known: dict[bytes, bool]
-           ) -> tuple[pl.DataFrame, pl.DataFrame | None, int]:
+Piece = tuple[pl.DataFrame, pl.DataFrame | None, int]
+
+
+def _pieces(data: Buffer, chunk: int, stop: int) -> Iterator[Piece]:
+    """Each piece split (``_split``, lines numbered from 1) in a second thread, one piece ahead
+    of the caller, which reads the one before it meanwhile (numpy and polars release the GIL);
+    a piece of a mapped file is released once split."""
+    known: dict[bytes, bool] = {}
+    with ThreadPoolExecutor(1) as pool:
+        ahead: tuple[Future[Piece], int, int] | None = None
+        for start, end in _spans(data, chunk, stop):
+            job = pool.submit(_split, data, start, end, known)
+            if ahead is not None:
+                yield _done(data, *ahead)
+            ahead = (job, start, end)
+        if ahead is not None:
+            yield _done(data, *ahead)
+
+
+def _done(data: Buffer, job: Future[Piece], start: int, end: int) -> Piece:
+    piece = job.result()
+    _release(data, start, end)
+    return piece
+
+
+def _split(data: Buffer, start: int, end: int, known: dict[bytes, bool]) -> Piece:
     """The piece's lines for the general readers, Megatron's rank lines read from the bytes
     (``fastrank``: the bulk of an ``all`` log) when it has any, and its number of lines."""
     if data.find(b"rank ", start, end) < 0:
         piece = data[start:end]
-        return _lines(piece, line0), None, piece.count(b"\n")
-    # the piece in place (no copy), with up to 8 bytes after it to read its last line's words
+        return _lines(piece, 1), None, piece.count(b"\n")
+    # the piece in place (no copy), with up to 8 bytes after it for its last line's words
     view = np.frombuffer(data, np.uint8, min(end + 8, len(data)) - start, start)
-    taken = fastrank.scan(view, end - start, _general_rank, known)
-    count = taken.newlines.size
-    if taken.count == 0:
-        return _lines(data[start:end], line0), None, count
-    blob, numbers = fastrank.rest(view, taken)
-    del view  # an mmap cannot be closed while an array looks into it
     try:
-        rest = _lines(blob, line0, numbers)
+        found = fastrank.scan(view, end - start, _general_rank, known)
+        blob, numbers = fastrank.rest(view, found)
+        taken: fastrank.Taken | None = found
+    except Exception:  # noqa: BLE001 -- never worse than the general reader; and no array may
+        taken = None   # outlive this frame in a traceback (an mmap with one cannot be closed)
+    finally:
+        del view
+    if taken is None or taken.count == 0:
+        piece = data[start:end]
+        return _lines(piece, 1), None, piece.count(b"\n")
+    count = taken.newlines.size
+    try:
+        rest = _lines(blob, 1, numbers)
     except _Renumber:  # the CSV reader saw a different number of lines: read it all as text
-        return _lines(data[start:end], line0), None, count
-    frame = pl.DataFrame({"no": taken.lines + line0, "rank": taken.rank,
+        return _lines(data[start:end], 1), None, count
+    frame = pl.DataFrame({"no": taken.lines + 1, "rank": taken.rank,
                           "seconds": taken.seconds},
                          schema={"no": pl.Int64, "rank": pl.Int32, "seconds": pl.Float32})
     return rest, frame, count

@@ -2,6 +2,8 @@
 
 What puts text in front of a training framework's own line:
 
+- ``docker compose logs``: the service's container name, padding and a bar
+  (``training-nlp-azure-1  | ``), before any of the others;
 - log shippers / ``kubectl logs --timestamps`` / journald exports: an ISO-8601 time and one
   space (``2024-10-23T01:29:30.123456789Z ``, ``2024-10-23 01:29:30,123 ``); the line's own
   indentation after it is kept (Megatron's timer lines are indented);
@@ -24,12 +26,13 @@ _TS = r"(?:\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?
 _SRUN = r"(?:\s{0,6}(?P<task>\d{1,6}):\s)?"
 _MPI = r"(?:\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:\s?)?"
 _TORCHRUN = r"(?:\[(?P<kind>default|rank)(?P<local>\d{1,6})\]:)?"
-PREFIX = "^" + _TS + _SRUN + _MPI + _TORCHRUN
+_COMPOSE = r"(?:[A-Za-z0-9][\w.-]*\s+\|\s)?"
+PREFIX = "^" + _COMPOSE + _TS + _SRUN + _MPI + _TORCHRUN
 
 
 #: what every prefix starts with (a cheap test: a log without any is left as it is)
 _ANY = (r"^(?:\[?\d{4}-\d{2}-\d{2}[T ]|\s{0,6}\d{1,6}:\s|\[\d+,\d+\]<std|"
-        r"\[(?:default|rank)\d)")
+        r"\[(?:default|rank)\d|[A-Za-z0-9][\w.-]*\s+\|\s)")
 
 
 def strip_frame(lines: pl.DataFrame, column: str = "line") -> pl.DataFrame:
