@@ -97,13 +97,6 @@ def scoped(q: str, instances: list[str]) -> str:
     return SELECTOR.sub(sub, q)
 
 
-def documented_pending() -> set[str]:
-    """Series METRICS.md lists as still to be exported by the controller."""
-    text = METRICS_MD.read_text()
-    part = text[text.index("## Needed"):]
-    return set(re.findall(r"`(minutiae_[a-z0-9_]+)`", part))
-
-
 def exported(url: str) -> set[str]:
     """Sample names a /metrics endpoint serves now (``_total``, ``_bucket`` … included)."""
     text = httpx.get(f"{url}/metrics", timeout=10).text

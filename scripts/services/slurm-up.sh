@@ -3,7 +3,7 @@
 # Usage: slurm-up.sh DIR [N]   (prints nothing on success; SLURM_CONF=DIR/slurm.conf)
 set -euo pipefail
 DIR=${1:?usage: slurm-up.sh DIR [N]}; N=${2:-64}
-HOST=$(hostname -s)
+HOST=$(hostname -s); O=${MINUTIAE_PORT_OFFSET:-0}  # see up.sh
 mkdir -p "$DIR"/{state,log,spool,dev}
 cat > "$DIR/slurm.conf" <<CONF
 ClusterName=minutiae
@@ -23,8 +23,8 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=$((6817 + O))
+SlurmdPort=$((6818 + O))
 SlurmctldPidFile=$DIR/slurmctld.pid
 SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmdSpoolDir=$DIR/spool/%n
@@ -35,7 +35,7 @@ SlurmctldDebug=info
 SlurmdDebug=info
 SlurmdTimeout=30
 GresTypes=gpu
-NodeName=gpu[001-$(printf '%03d' "$N")] NodeHostname=${HOST} NodeAddr=127.0.0.1 Port=[17001-$((17000+N))] CPUs=2 RealMemory=1000 Gres=gpu:h100:8 State=UNKNOWN
+NodeName=gpu[001-$(printf '%03d' "$N")] NodeHostname=${HOST} NodeAddr=127.0.0.1 Port=[$((17001 + O))-$((17000 + O + N))] CPUs=2 RealMemory=1000 Gres=gpu:h100:8 State=UNKNOWN
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
 for g in 0 1 2 3 4 5 6 7; do ln -sf /dev/null "$DIR/dev/nvidia$g"; done

@@ -178,3 +178,12 @@ def test_agent_import_path_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parent)
     assert out.stdout.strip() == "[]"
+
+
+def test_node_status_is_unknown_before_the_first_check_run() -> None:
+    """A scrape between the agent's start and its first check run must not read 0 (OK): seen
+    following docs/operations.md on a loaded host (the first scrape said OK, the report UNKNOWN)."""
+    from prometheus_client import generate_latest
+
+    text = generate_latest(AgentMetrics().registry).decode()
+    assert "minutiae_node_status 3.0" in text.splitlines()

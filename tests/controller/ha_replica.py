@@ -1,6 +1,8 @@
 """One controller replica for the failover tests and bench (run as a process, killed with -9 or
-SIGSTOP by the test): PgStore + PgAdvisoryLeadership + the real Controller, acting on a
-scheduler shared by every replica through a journal file (each call one line, flock'd).
+SIGSTOP by the test): PgStore + PgAdvisoryLeadership (or, with HA_LEASE=NAMESPACE/NAME and
+HA_KUBECONFIG, a Kubernetes Lease whose takeovers write their epoch into the store) + the real
+Controller, acting on a scheduler shared by every replica through a journal file (each call
+one line, flock'd).
 
     python ha_replica.py DSN IDENTITY DIR NODES
 
@@ -21,11 +23,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from minutiae.clock import SystemClock
+from minutiae.controller.ha.k8s_lease import KubeLeaseLeadership
 from minutiae.controller.ha.pg_lock import PgAdvisoryLeadership
+from minutiae.controller.leadership import Leadership
 from minutiae.controller.policy import load_policy
 from minutiae.controller.service import Controller
 from minutiae.controller.store.postgres import PgStore
 from minutiae.schedulers.base import NodeSchedState, NodeState, controller_owner
+from minutiae.schedulers.kubernetes.config import load_kubeconfig
+from minutiae.schedulers.kubernetes.http import KubeClient
 from minutiae.schedulers.recording import RecordingBackend
 
 OWNER = controller_owner("hatest", "ctl")
@@ -34,7 +40,7 @@ OWNER = controller_owner("hatest", "ctl")
 class JournalBackend(RecordingBackend):
     """RecordingBackend whose state is the replay of a journal every replica appends to."""
 
-    def __init__(self, d: Path, nodes: int, me: str, lead: PgAdvisoryLeadership) -> None:
+    def __init__(self, d: Path, nodes: int, me: str, lead: Leadership) -> None:
         super().__init__(name="journal", owner=OWNER)
         self.dir, self.me, self.lead = d, me, lead
         self.journal = d / "journal.jsonl"
@@ -89,9 +95,19 @@ def main() -> None:
     dsn, me, d, nodes = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
     clock = SystemClock()
     store = PgStore(dsn, identity=me, size=2)
-    lead = PgAdvisoryLeadership(store, me, clock, ttl_s=float(os.environ.get("HA_TTL", "6")),
-                                renew_s=0.5)
-    lead.start()
+    ttl = float(os.environ.get("HA_TTL", "6"))
+    lead: Leadership
+    if os.environ.get("HA_LEASE"):   # NAMESPACE/NAME on the kube-apiserver of HA_KUBECONFIG
+        ns, _, name = os.environ["HA_LEASE"].partition("/")
+        lease = KubeLeaseLeadership(KubeClient(load_kubeconfig(os.environ["HA_KUBECONFIG"])),
+                                    me, clock, namespace=ns, name=name, lease_s=ttl,
+                                    renew_s=0.5, on_won=store.set_epoch)
+        lease.start()
+        lead = lease
+    else:
+        pg = PgAdvisoryLeadership(store, me, clock, ttl_s=ttl, renew_s=0.5)
+        pg.start()
+        lead = pg
     ctl = Controller(store, JournalBackend(d, nodes, me, lead), replace(load_policy(),
                      dry_run=False), clock, owner=OWNER, leadership=lead, sched_ttl_s=1.0)
     out = d / f"status-{me}.json"

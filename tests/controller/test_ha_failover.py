@@ -45,8 +45,11 @@ def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 20.0) -> T:
 
 
 class Cluster:
-    def __init__(self, dsn: str, d: Path, nodes: int = 40) -> None:
+    def __init__(self, dsn: str, d: Path, nodes: int = 40,
+                 env: dict[str, str] | None = None) -> None:
         self.dsn, self.dir, self.nodes = dsn, d, nodes
+        #: for every replica (HA_LEASE / HA_KUBECONFIG: elect by a Kubernetes Lease)
+        self.env = {**os.environ, **(env or {})}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         PgStore(dsn, identity="setup", size=1).close()  # the schema, before two race for it
         for i in range(1, nodes + 1):   # a healthy fleet: the budget lets one node in 10 go
@@ -56,7 +59,7 @@ class Cluster:
         log = open(self.dir / f"{me}.log", "wb")  # noqa: SIM115 - the process keeps it
         self.procs[me] = subprocess.Popen(
             [sys.executable, str(HERE / "ha_replica.py"), self.dsn, me, str(self.dir),
-             str(self.nodes)], stdout=log, stderr=subprocess.STDOUT)
+             str(self.nodes)], stdout=log, stderr=subprocess.STDOUT, env=self.env)
 
     def status(self, me: str) -> dict[str, Any] | None:
         try:

@@ -192,3 +192,20 @@ def _decision(row: object) -> object:
     a = row.to_json()  # type: ignore[attr-defined]
     return Decision(a["node"], Verb(a["action"]), a["rule"], tuple(a["evidence"]),
                     BudgetVerdict(True, "ok", ""), a["undo"], a["time"])
+
+
+def test_nodes_drained_in_dry_run_says_what_would_be_drained(tmp_path: Path) -> None:
+    from minutiae.controller.http.slack import command
+
+    be = RecordingBackend(name="slurm")
+    for i in range(1, 21):
+        be.add_node(f"gpu{i:03d}")
+    ctl = Controller(Store(tmp_path / "c.db"), be, replace(load_policy(), dry_run=True),
+                     FakeClock())
+    for i in range(1, 21):
+        ctl.ingest(_rep(i, i == 17))
+    ctl.step()
+    assert be.nodes["gpu017"].state is NodeSchedState.AVAILABLE      # dry-run: untouched
+    text = command(ctl, "nodes drained")
+    assert text.startswith("0 node(s) drained: `-`")                  # the scheduler's word
+    assert "dry-run, would be drained: 1 node(s): `gpu017`" in text

@@ -82,10 +82,34 @@ def test_pause_kv_tolerance_and_timings_survive_a_reopen(opener: Opener) -> None
 
 def test_reports_upsert_keeps_the_newest(opener: Opener) -> None:
     s = opener()
-    s.save_reports([("gpu001", 10.0, '{"a": 1}', "{}"), ("gpu002", 10.0, '{"b": 1}', "{}")])
-    s.save_reports([("gpu001", 12.0, '{"a": 2}', "{}")], beats=[(13.0, "gpu002")])
+    s.save_reports([("gpu001", 10.0, '{"a": 1}', "{}", "d1"),
+                    ("gpu002", 10.0, '{"b": 1}', "{}", "d2")])
+    s.save_reports([("gpu001", 12.0, '{"a": 2}', "{}", "d3")], beats=[(13.0, "gpu002")])
+    s.save_reports([("gpu001", 11.0, '{"a": 0}', "{}", "d0")], beats=[(12.5, "gpu002")])
     got = {n: (t, r) for n, t, r, _d in opener().load_reports()}
     assert got == {"gpu001": (12.0, '{"a": 2}'), "gpu002": (13.0, '{"b": 1}')}
+    assert sorted(s.report_bodies(["gpu002", "gpu404"])) == [("gpu002", 13.0, '{"b": 1}', "{}")]
+
+
+def test_other_replicas_reports_come_as_digests_then_bodies() -> None:
+    """PostgreSQL: a replica reads (node, time, digest) of what the others stored, never its
+    own rows; a heartbeat keeps the digest of the report it re-dates."""
+    from ha_support import fresh_schema_dsn
+
+    from minutiae.controller.store.postgres import PgStore
+
+    dsn = fresh_schema_dsn()
+    a, b = PgStore(dsn, identity="a", size=1), PgStore(dsn, identity="b", size=1)
+    a.save_reports([("gpu001", 10.0, '{"a": 1}', "{}", "d1"),
+                    ("gpu002", 10.0, '{"b": 1}', "{}", "d2")])
+    got, cur = b.reports_since(0)
+    assert sorted(got) == [("gpu001", 10.0, "d1"), ("gpu002", 10.0, "d2")] and cur > 0
+    assert a.reports_since(0)[0] == []               # its own rows are not read back
+    a.save_reports([], beats=[(14.0, "gpu002")])
+    again, cur2 = b.reports_since(cur)
+    assert ("gpu002", 14.0, "d2") in again and cur2 > cur
+    b.save_reports([("gpu002", 15.0, '{"b": 2}', "{}", "d9")])
+    assert ("gpu002", 15.0, "d9") in a.reports_since(0)[0]
 
 
 def test_claim_takes_a_pending_row_once(opener: Opener) -> None:

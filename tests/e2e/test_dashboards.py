@@ -1,9 +1,9 @@
 """deploy/grafana: the dashboards are importable Grafana JSON (datasource variable, current
 schemaVersion, unique panel ids, no overlapping panels), and EVERY panel's PromQL runs against
 the real Prometheus (MINUTIAE_PROM_URL) scraping a real `minutiae agent` and `minutiae serve`
-started here: each query parses, and each one that reads only series exported today returns
-series from our targets. A panel reading a series the controller does not export yet must name
-it in deploy/prometheus/METRICS.md ("Needed")."""
+started here: each query parses, reads only series our agent and controller export, and returns
+series from our targets (the test makes the events the panels count: a drain, a hold, a refused
+push)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from minutiae.testing.serve import ServeProcess
 from prom_helpers import (
     GRAFANA,
     agent,
-    documented_pending,
     expand,
     exported,
     names,
@@ -36,7 +35,6 @@ DASHBOARDS = sorted(GRAFANA.glob("*.json"))
 # Grafana's built-in interval variables and ours, as Grafana would substitute them
 VARIABLES = {"$__rate_interval": "15s", "$__interval": "15s", "$__range": "1m",
              "$instance": ".*"}
-SUFFIXES = ("_bucket", "_sum", "_count")
 
 
 def panels(d: dict[str, Any]) -> list[dict[str, Any]]:
@@ -57,13 +55,6 @@ def substitute(q: str) -> str:
         q = q.replace(var, value)
     assert "$" not in q, f"unknown variable in {q}"
     return q
-
-
-def base(name: str) -> str:
-    for s in SUFFIXES:
-        if name.endswith(s):
-            return name[: -len(s)]
-    return name
 
 
 # -- static: importable JSON ------------------------------------------------------------------
@@ -121,6 +112,7 @@ def test_every_panel_query_runs_against_the_real_prometheus(prom_url: str, prom_
     critical = realdata / "nvidia_smi/telegraf/a100-sxm4-v12.xml"     # 1 of 4 GPUs listed
     token = "dashboards-test-token"
     with ServeProcess(tmp_path / "ctl", token, "--interval", "1") as ctl:
+        fleet_of_twenty(ctl)    # so the shipped budget lets the controller drain one node
         a1, inst1 = agent("gpu041", critical, tmp_path, controller=ctl.url, token=token)
         # an agent with the wrong token: its pushes fail (401) and the controller counts refusals
         a2, inst2 = agent("gpu042", critical, tmp_path, controller=ctl.url, token="wrong")
@@ -141,6 +133,10 @@ def test_every_panel_query_runs_against_the_real_prometheus(prom_url: str, prom_
                              'minutiae_agent_push_total{outcome="failed"} > 0', ours))
                          and query(prom_url, scoped(
                              'minutiae_agent_push_total{outcome="ok"} > 0', ours)), 30)
+                wait_for("the controller's (dry-run) drain of gpu041",
+                         lambda: any(r["node"] == "gpu041" and r.get("would")
+                                     for r in httpx.get(f"{ctl.url}/v1/nodes").json()), 30)
+                hold_one(ctl)   # paused: the next unhealthy node's drain is held
                 time.sleep(3)
                 live = (exported(f"http://{inst1}") | exported(f"http://{inst2}")
                         | exported(ctl.url) | {"up"})
@@ -150,28 +146,45 @@ def test_every_panel_query_runs_against_the_real_prometheus(prom_url: str, prom_
             stop(a2)
 
 
-#: panels that count an event this test's one-node fleet never makes (the shipped budget holds a
-#: drain of the only node): their series is exported (checked by `live`) and their query parses,
-#: but they may be empty here. The drain path itself is covered by tests/controller/test_ui_metrics.py.
-EVENT_PANELS = {("minutiae-fleet.json", "Top rules by drains (24 h)")}
+def fleet_of_twenty(ctl: ServeProcess) -> None:
+    """Twenty healthy nodes reported through the API (the shipped budget: 10 % may drain)."""
+    with httpx.Client(timeout=10) as c:
+        for i in range(1, 21):
+            r = c.post(f"{ctl.url}/v1/reports", headers=ctl.headers, json={
+                "node": f"gpu{i:03d}", "status": "ok",
+                "checks": [{"check": "gpu", "status": "ok", "findings": []}]})
+            assert r.status_code == 202, r.text
+
+
+def hold_one(ctl: ServeProcess) -> None:
+    """Pause, then an unhealthy report: the controller holds the drain it wants (verb=hold)."""
+    xid = {"kind": "xid", "code": 79, "severity": "critical", "action": "reboot",
+           "message": "GPU has fallen off the bus"}
+    with httpx.Client(timeout=10) as c:
+        assert c.post(f"{ctl.url}/v1/pause", headers=ctl.headers,
+                      json={"reason": "dashboards test"}).status_code == 200
+        assert c.post(f"{ctl.url}/v1/reports", headers=ctl.headers, json={
+            "node": "gpu020", "status": "critical",
+            "checks": [{"check": "gpu", "status": "critical", "findings": [xid]}]}
+        ).status_code == 202
+    wait_for("the held drain of gpu020", lambda: any(
+        a["action"] == "hold" for a in httpx.get(
+            f"{ctl.url}/v1/audit", params={"node": "gpu020"}).json()), 30)
 
 
 def check_panels(prom_url: str, ours: list[str], live: set[str]) -> None:
-    records, pending = recording_rules(), documented_pending()
-    empty, undocumented, ran = [], [], 0
+    records = recording_rules()
+    empty, unexported, ran = [], [], 0
     for dash, title, raw in exprs():
         q = expand(substitute(raw), records)
-        missing = {n for n in names(q) if n not in live}
         query(prom_url, q)                               # parses (fleet-wide, as Grafana runs it)
         ran += 1
-        if missing:
-            undocumented += [(dash, title, n) for n in missing
-                             if n not in pending and base(n) not in pending]
-            continue
-        if not query(prom_url, scoped(q, ours)) and (dash, title) not in EVENT_PANELS:
+        unexported += [(dash, title, n) for n in names(q) if n not in live]
+        if not query(prom_url, scoped(q, ours)):
             empty.append((dash, title, raw))
     assert ran == len(exprs()) and ran >= 30
-    assert not undocumented, f"panels read series nobody exports or plans: {undocumented}"
+    assert not unexported, f"panels read series our agent and controller do not export: " \
+        f"{unexported}"
     assert not empty, f"panels with no series from our agent and controller: {empty}"
 
 

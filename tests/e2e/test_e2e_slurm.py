@@ -157,7 +157,7 @@ def test_admin_drain_is_left_alone_and_unreachable_scheduler_is_reported(slurm, 
         assert ex["why"].startswith("drained by someone else (reason 'PSU swap INC-881')")
     # a controller pointed at a slurm.conf whose slurmctld is not running keeps going
     dead = tmp_path / "dead.conf"
-    dead.write_text(Path(slurm).read_text().replace("SlurmctldPort=6817", "SlurmctldPort=6999"))
+    dead.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=6999", Path(slurm).read_text()))
     ctl = serve(tmp_path / "dead", str(dead)).start()
     try:
         post(ctl, "gpu016", [XID79])

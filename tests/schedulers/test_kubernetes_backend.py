@@ -3,8 +3,12 @@ on the Node object, ownership, conflicts, events and PDB-aware eviction."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import httpx
 import pytest
 
 from k8s_helpers import (
@@ -210,3 +214,66 @@ def test_bulk_states_equal_one_by_one(api: KubeClient, backend: KubernetesBacken
     delete(api, f"/api/v1/namespaces/{NS}/pods/job-a")
     for n in nodes:
         delete(api, f"/api/v1/nodes/{n}")
+
+
+class _Counting(httpx.HTTPTransport):
+    """Counts the backend's requests by method and resource (the watch's own client is apart)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.n: Counter[str] = Counter()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        p = request.url.path
+        what = "status" if p.endswith("/status") else "events" if "/events" in p else (
+            "pods" if "/pods" in p else "node")
+        self.n[f"{request.method} {what}"] += 1
+        return super().handle_request(request)
+
+
+def _until(what: str, fn: Callable[[], bool], timeout: float = 15.0) -> None:
+    end = time.monotonic() + timeout
+    while not fn():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_watch_cache_reads_the_fleet_from_memory_and_a_drain_is_three_writes(
+        api: KubeClient, kubeconfig: str) -> None:
+    """With ``watch`` (what ``serve`` uses) states come from a list + watch cache: equal to the
+    direct reads, an admin's cordon seen within seconds, our own drain seen at once; a drain
+    is exactly three requests (cordon + taint + annotations, the condition, the event) and a
+    repeated one writes nothing."""
+    nodes = ["mk-wc-1", "mk-wc-2", "mk-wc-3"]
+    for n in nodes:
+        create_node(api, n)
+    create_pod(api, NS, "wc-job", "mk-wc-3", {"app": "job"}, job="train")
+    cfg = config(kubeconfig)
+    count = _Counting(verify=cfg.verify, cert=cfg.cert)
+    be = KubernetesBackend(cfg, FakeClock(start=1_780_000_000.0), watch=True, transport=count)
+    plain = KubernetesBackend(cfg, FakeClock(start=1_780_000_000.0))
+    try:
+        _until("the cache to list", lambda: be.states(nodes) != {} and be._synced() is not None)
+        _until("the pod in the cache", lambda: be.states(nodes)["mk-wc-3"].jobs != ())
+        assert be.states([*nodes, "mk-wc-none"]) == plain.states(nodes)
+        count.n.clear()
+        be.drain("mk-wc-1", "xid 79")
+        assert count.n == {"PATCH node": 1, "PATCH status": 1, "POST events": 1}, count.n
+        assert be.states(["mk-wc-1"])["mk-wc-1"].state is NodeSchedState.DRAINED  # at once
+        count.n.clear()
+        be.drain("mk-wc-1", "xid 79")          # the same again: one fresh read, no write
+        assert count.n == {"GET node": 1}, count.n
+        admin_cordon(api, "mk-wc-2")
+        _until("the admin's cordon", lambda: be.states(["mk-wc-2"])["mk-wc-2"].state
+               is NodeSchedState.DRAINED)
+        assert not be.states(["mk-wc-2"])["mk-wc-2"].ours
+        count.n.clear()
+        be.drain("mk-wc-2", "xid 79")          # never over an admin's cordon
+        assert set(count.n) == {"GET node"}
+        assert be.states(nodes) == plain.states(nodes)
+    finally:
+        be.close()
+        plain.close()
+        delete(api, f"/api/v1/namespaces/{NS}/pods/wc-job")
+        for n in nodes:
+            delete(api, f"/api/v1/nodes/{n}")

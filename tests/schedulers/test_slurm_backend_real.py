@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,7 +123,7 @@ def test_backend_contract_on_real_slurm(conf: str) -> None:
 
 def test_unreachable_slurmctld(tmp_path: Path, slurm_conf: str) -> None:
     bad = tmp_path / "slurm.conf"
-    bad.write_text(Path(slurm_conf).read_text().replace("SlurmctldPort=6817", "SlurmctldPort=6999"))
+    bad.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=6999", Path(slurm_conf).read_text()))
     with pytest.raises(BackendUnavailable, match="slurm"):
         SlurmBackend(str(bad), timeout_s=4).state("gpu005")
 
@@ -130,7 +131,7 @@ def test_unreachable_slurmctld(tmp_path: Path, slurm_conf: str) -> None:
 def test_unreachable_from_the_cli_is_a_clear_error(tmp_path: Path, slurm_conf: str, captures: dict[str, str],
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "slurm.conf"
-    bad.write_text(Path(slurm_conf).read_text().replace("SlurmctldPort=6817", "SlurmctldPort=6999"))
+    bad.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=6999", Path(slurm_conf).read_text()))
     rc = main(["check", "--slurm", "--slurm-conf", str(bad), "--slurm-timeout", "3", "--node", "gpu005",
                "--sysfs-root", captures["sysfs"],
                "--nvidia-smi-xml", captures["smi"]])

@@ -1,5 +1,5 @@
 """The damage suite (issue 18 item 3): a small `minutiae sim` dataset, damaged one way at a
-time, replayed by `minutiae backtest` and scored by `minutiae eval`. Every case must end as
+time (20 ways: cut mid-row or at a row boundary, garbled, deleted, ending early), replayed by `minutiae backtest` and scored by `minutiae eval`. Every case must end as
 UNKNOWN with a message naming the file (the node-window it hits: no report after the damage,
 no detection counted inside it) and must not add a single drain the undamaged run does not have.
 A damaged fleet-wide file is refused (exit 3, file and line named) unless --allow-damaged.
@@ -35,6 +35,14 @@ def _cut_mid_row(path: Path, frac: float = 0.5) -> None:
     nl = data.find(b"\n", k)
     end = nl - 3 if nl > 0 else len(data) - 3
     path.write_bytes(data[:max(data.find(b"\n") + 4, end)])
+
+
+def _cut_at_row(path: Path, frac: float = 0.5) -> None:
+    """Keep the file up to the end of the row at ``frac`` of its size (whole rows: what `head -n`
+    or a copy stopped between two flushed lines leaves); only manifest.json's size tells."""
+    data = path.read_bytes()
+    nl = data.find(b"\n", int(len(data) * frac))
+    path.write_bytes(data[:nl + 1] if nl > 0 else data)
 
 
 def _busiest(root: Path, name: str) -> Path:
@@ -88,6 +96,12 @@ def _rm_log(root: Path) -> str:
     return _rel(root, p)
 
 
+def _rm_ib(root: Path) -> str:
+    p = _busiest(root, "ib.csv")
+    p.unlink()
+    return _rel(root, p)
+
+
 def _timings(root: Path) -> Path:
     return max((root / "timings").glob("*.parquet"), key=lambda p: p.stat().st_size)
 
@@ -109,6 +123,16 @@ CASES = [
     Case("telemetry.parquet cut", _do(_cut_mid_row, lambda r: r / "telemetry.parquet"), fatal=True,
          backtest_reads=False),
     Case("timings parquet cut", _do(_cut_mid_row, _timings), backtest_reads=False),
+    # cut between two rows: whole rows, only the size the simulator wrote (manifest.json) tells
+    Case("node ib.csv deleted", _rm_ib),
+    Case("ib.csv cut at a row boundary", _do(_cut_at_row, lambda r: _busiest(r, "ib.csv"))),
+    Case("kern.log cut at a line boundary", _do(_cut_at_row, lambda r: _busiest(r, "kern.log"))),
+    Case("fleet.csv cut at a row boundary", _do(_cut_at_row, lambda r: r / "fleet.csv"), fatal=True),
+    Case("maintenance.csv cut at a row boundary", _do(_cut_at_row, lambda r: r / "maintenance.csv"),
+         fatal=True),
+    Case("jobs.csv cut at a row boundary", _do(_cut_at_row, lambda r: r / "jobs.csv"), fatal=True),
+    Case("boots.csv cut at a row boundary", _do(_cut_at_row, lambda r: r / "boots.csv"), fatal=True,
+         backtest_reads=False),
 ]
 
 

@@ -31,6 +31,7 @@ class AgentMetrics:
         r = self.registry
         self.node_status = Gauge("minutiae_node_status", "Node verdict (Nagios: 0 OK, 1 WARNING, "
                                  "2 CRITICAL, 3 UNKNOWN)", registry=r)
+        self.node_status.set(3)   # before the first check run: UNKNOWN, never OK
         self.node_action = Gauge("minutiae_node_action", "Largest action needed (0 none, "
                                  "1 restart_app, 2 reset_gpu, 3 reboot, 4 inspect)", registry=r)
         self.check_status = Gauge("minutiae_check_status", "Check group status (Nagios code)",

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import ssl
+import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -113,6 +114,19 @@ class Outbox:
         return None
 
 
+#: this agent process (a report's ``agent.mono`` means something only within it)
+RUN_ID = uuid.uuid4().hex
+
+
+def age_of(agent: Mapping[str, Any], clock: Clock, now: float) -> float:
+    """How long a report waited: by the monotonic clock when this process made it (a jumping
+    wall clock neither ages nor rejuvenates it), else by the wall clock since ``created``."""
+    mono = agent.get("mono")
+    if agent.get("run") == RUN_ID and isinstance(mono, int | float):
+        return max(0.0, clock.monotonic() - float(mono))
+    return max(0.0, now - float(agent.get("created", now)))
+
+
 def content_key(report: Mapping[str, Any]) -> str:
     """What a heartbeat stands for: the report without ``time``, ``agent`` and ``digest``."""
     content = {k: v for k, v in report.items() if k not in ("time", "agent", "digest")}
@@ -185,7 +199,7 @@ class Pusher:
         while outbox.items:
             body = dict(outbox.items[0])
             agent = dict(body.get("agent", {}))
-            agent["age_s"] = max(0.0, self.clock.now() - float(agent.get("created", now)))
+            agent["age_s"] = age_of(agent, self.clock, self.clock.now())
             body["agent"] = agent
             key = content_key(body)
             beat = self.ack is not None and self.ack[0] == key

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 from minutiae import __version__
 from minutiae.agent.metrics import AgentMetrics
-from minutiae.agent.push import Outbox, Pusher, PushResult
+from minutiae.agent.push import RUN_ID, Outbox, Pusher, PushResult
 from minutiae.clock import Clock
 
 
@@ -73,7 +74,12 @@ class Agent:
         self.seq += 1
         body["node"] = self.cfg.node
         body["domains"] = dict(self.cfg.domains)
-        body["agent"] = {"version": __version__, "seq": self.seq, "created": now}
+        # id: the report's idempotency key (kept through the outbox and every retry, so the
+        # controller answers a replay without storing it twice)
+        # mono/run: the age is measured on the monotonic clock while this process runs (a
+        # wall clock that jumps does not age the report; after a restart: the wall clock)
+        body["agent"] = {"version": __version__, "seq": self.seq, "created": now,
+                         "id": uuid.uuid4().hex, "mono": self.clock.monotonic(), "run": RUN_ID}
         body.pop("observations", None)
         self.metrics.observe(body, took, now)
         if self.pusher is not None:

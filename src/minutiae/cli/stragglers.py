@@ -12,29 +12,43 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-import polars as pl
 
 from minutiae.clock import SystemClock
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from minutiae.analyses.stragglers.analysis import Options
     from minutiae.analyses.stragglers.formats import TrainLog
+    from minutiae.analyses.stragglers.prep import TimingMatrix
     from minutiae.analyses.stragglers.types import StragglerReport
 
 
 def _load(paths: list[Path], fleet: Path | None,
-          ) -> tuple[pl.DataFrame | TrainLog, str, dict[str, str] | None]:
+          ) -> tuple[TimingMatrix | pl.DataFrame | TrainLog, str, dict[str, str] | None]:
+    """The matrix of a file of the common layout (``ingest``: no long table is built), else
+    the long table (or a training log without per-rank times)."""
+    import dataclasses
+
+    from minutiae.analyses.stragglers import prep
+    from minutiae.analyses.stragglers.ingest import read_matrix
     from minutiae.analyses.stragglers.read import find_fleet, fleet_leaves, read_timings_or_log
 
-    df, notes = read_timings_or_log(paths)
-    for note in notes:
-        click.echo(f"minutiae: warning: skipped {note}", err=True)
     where = ", ".join(str(p) for p in paths)
-    if not isinstance(df, pl.DataFrame):
-        return df, where, None
+    got: TimingMatrix | pl.DataFrame | TrainLog | None = read_matrix(paths)
+    if got is None:
+        from minutiae.analyses.stragglers.formats import TrainLog
+
+        got, notes = read_timings_or_log(paths)
+        for note in notes:
+            click.echo(f"minutiae: warning: skipped {note}", err=True)
+        if isinstance(got, TrainLog):
+            return got, where, None
     fleet = fleet or find_fleet(paths)
-    leaves = fleet_leaves(fleet) if fleet else None
-    return df, where, leaves
+    leaf_of = fleet_leaves(fleet) if fleet else None
+    if leaf_of and isinstance(got, prep.TimingMatrix):  # as prepare does for the long table
+        got = dataclasses.replace(got, leaf=prep.leaves(got.node, got.leaf, leaf_of))
+    return got, where, leaf_of
 
 
 def _table(report: StragglerReport) -> None:
@@ -94,7 +108,7 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
             min_slowdown: float, layout_text: str | None) -> int:
     """Find the slow GPU, node or link of a synchronous job from per-rank step timings
     (CSV/Parquet step,rank,seconds[,node,gpu,stage,section] or a Megatron-LM log)."""
-    from minutiae.analyses.stragglers.analysis import Options
+    from minutiae.analyses.stragglers.analysis import Options, analyse
     from minutiae.analyses.stragglers.runs import analyse_runs
     from minutiae.errors import ConfigError
 
@@ -110,10 +124,17 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
                       layout=Layout.parse(layout_text) if layout_text else None)
     if follow:
         return _follow(list(files), fleet, options, as_json, idle_exit, poll)
-    df, where, leaves = _load(list(files), fleet)
-    if not isinstance(df, pl.DataFrame):
-        return _job_level(df, where, as_json, warmup)
-    report = analyse_runs(df, where, leaves, options)
+    got, where, leaves = _load(list(files), fleet)
+    from minutiae.analyses.stragglers.prep import TimingMatrix
+
+    if isinstance(got, TimingMatrix):
+        report = analyse(got, options, where)
+    else:
+        from minutiae.analyses.stragglers.formats import TrainLog
+
+        if isinstance(got, TrainLog):
+            return _job_level(got, where, as_json, warmup)
+        report = analyse_runs(got, where, leaves, options)
     if as_json:
         click.echo(json.dumps(report.to_json()))
     else:
@@ -140,6 +161,8 @@ def _job_level(log: TrainLog, where: str, as_json: bool, warmup: int) -> int:
 
 def _follow(paths: list[Path], fleet: Path | None, options: Options, as_json: bool,
             idle_exit: float, poll: float) -> int:
+    import polars as pl
+
     from minutiae.analyses.stragglers.parse import parse_csv
     from minutiae.analyses.stragglers.read import CsvTail, find_fleet, fleet_leaves
     from minutiae.analyses.stragglers.stream import StragglerStream

@@ -8,8 +8,8 @@ Per node (health from :func:`assess`):
 - UNHEALTHY and available → DRAIN (through the safety budget; else HOLD), starting the
   escalation ladder at the rung the findings need (a lemon goes straight to ``inspect``);
 - UNHEALTHY and drained by us → ESCALATE when the rung timed out or the findings need more;
-- HEALTHY and drained by us → RESUME after ``healthy_delay_s`` of clean reports (a lemon is
-  HELD for a human);
+- HEALTHY and drained by us → RESUME after ``healthy_delay_s`` of clean reports (a lemon, or
+  a drain a human made through minutiae, is HELD for a human);
 - UNKNOWN → nothing, and the healthy delay restarts (UNKNOWN is not OK);
 - drained or down by someone else → never touched;
 - drained by us, seen so, and now available → a human resumed it: RESOLVE (its current findings
@@ -197,7 +197,7 @@ def _human_resumed(st: _Step, v: NodeView, m: NodeMemory) -> NodeMemory:
     admin's ``scontrol resume``). Honoured as a resolve, audited as such."""
     m, lines = acknowledge(m, v.report)
     m = replace(m, seen_drained=False, drained_at=None, step=None, step_since=None,
-                healthy_since=None, unhealthy_since=None, last_hold=None, lemon=False)
+                healthy_since=None, unhealthy_since=None, last_hold=None, lemon=False, held=None)
     st.decisions.append(Decision(
         v.name, Verb.RESOLVE, "admin-resume",
         ("resumed outside minutiae (the scheduler shows it available): honoured as a resolve; "
@@ -249,7 +249,10 @@ def _want_healthy(st: _Step, v: NodeView, m: NodeMemory) -> NodeMemory:
     if v.ours:
         hs = m.healthy_since if m.healthy_since is not None else now
         m = replace(m, healthy_since=hs, seen_drained=True)
-        if m.lemon:
+        if m.held:
+            st.other_wants.append((Verb.HOLD, v, "held", (
+                f"drained by {m.held}; only a resolve returns it",), None, m))
+        elif m.lemon:
             st.other_wants.append((Verb.HOLD, v, "lemon", (
                 f"lemon node: {len(m.drains)} drains within {policy.lemon.days:g} days; "
                 "needs hardware inspection and a human to resume",), Action.INSPECT, m))
@@ -261,7 +264,7 @@ def _want_healthy(st: _Step, v: NodeView, m: NodeMemory) -> NodeMemory:
         # back in service (by us or by a human): the lemon verdict is re-made at the
         # next drain from the drain history, which is kept
         m = replace(m, healthy_since=None, drained_at=None, step=None, step_since=None,
-                    last_hold=None, lemon=False)
+                    last_hold=None, lemon=False, held=None)
     return m
 
 
@@ -324,8 +327,8 @@ def _decide_other(st: _Step, want: _OtherWant, stop: BudgetVerdict | None,
     buckets (a lemon waits for a human, said once)."""
     verb, v, rule, evidence, step, m = want
     now = st.now
-    if verb is Verb.HOLD:  # lemon waiting for a human: said once
-        verdict = BudgetVerdict(False, "lemon", evidence[0])
+    if verb is Verb.HOLD:  # a lemon or a human's drain waiting for a human: said once
+        verdict = BudgetVerdict(False, rule, evidence[0])
         wanted: Verb | None = Verb.RESUME
     elif stop is not None:
         verdict, wanted = stop, verb

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 MAX_REASON = 300
 
 
-def _sched_now(ctl: Controller, node: str) -> NodeState | None:
+def sched_now(ctl: Controller, node: str) -> NodeState | None:
+    """The scheduler's word on ``node`` now (the cached one if it cannot be read; dry-run: what
+    minutiae would have made it)."""
     st: NodeState | None
     try:
         st = ctl._adopt(ctl.backend.state(node))
@@ -41,28 +43,36 @@ def _sched_now(ctl: Controller, node: str) -> NodeState | None:
     return st
 
 
-def resolve(ctl: Controller, node: str, reason: str, *, at_once: bool = False,
-            by: str = "api") -> dict[str, Any]:
-    """Acknowledge ``node``'s current findings and return it to service (see the module)."""
+def human_request(ctl: Controller, verb: str, node: str, reason: str, need: str) -> str:
+    """A human's ``verb`` on ``node`` (resolve, a drain from the web UI): its reason cleaned;
+    a bad node name, a missing (``need`` says what) or too long reason, or a standby refused."""
     validate_node(node)
     why = " ".join(str(reason).split())
     if not why:
-        raise ValidationError("resolve: --reason is required (what was done to the node)")
+        raise ValidationError(f"{verb}: {need}")
     if len(why) > MAX_REASON:
-        raise ValidationError(f"resolve: reason over {MAX_REASON} characters")
+        raise ValidationError(f"{verb}: reason over {MAX_REASON} characters")
     if ctl.leadership.fence() is None:
         st = ctl.leadership.status()
-        raise BackendError(f"standby: resolve on the leader ({st.leader or 'unknown'})")
+        raise BackendError(f"standby: {verb} on the leader ({st.leader or 'unknown'})")
+    return why
+
+
+def resolve(ctl: Controller, node: str, reason: str, *, at_once: bool = False,
+            by: str = "api") -> dict[str, Any]:
+    """Acknowledge ``node``'s current findings and return it to service (see the module)."""
+    why = human_request(ctl, "resolve", node, reason,
+                        "--reason is required (what was done to the node)")
     with ctl._lock:
         rep = ctl._reports.get(node)
-    sched = _sched_now(ctl, node)
+    sched = sched_now(ctl, node)
     if rep is None and sched is None and not ctl.store.audit(node=node, limit=1):
         raise BackendError(f"unknown node {node}: no report and no decision recorded")
     now = ctl.clock.now()
     with ctl._mem_lock:
         before = ctl.memory
         m, lines = acknowledge(before.nodes.get(node, EMPTY_MEMORY), rep)
-        m = replace(m, unhealthy_since=None, last_hold=None, lemon=False)
+        m = replace(m, unhealthy_since=None, last_hold=None, lemon=False, held=None)
         ours = NodeView(node, rep, sched).ours
         human = BudgetVerdict(True, "human", f"resolved by {by}: {why}")
         decisions = [Decision(node, Verb.RESOLVE, "resolve", (

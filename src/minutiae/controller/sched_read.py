@@ -16,11 +16,12 @@ from minutiae.schedulers.base import Capabilities, NodeState, SchedulerBackend
 class StatesRead:
     """``states`` read (None: the scheduler does not know the node), ``failed`` nodes whose
     state could not be read, ``known`` the fleet nodes the scheduler listed (None: not
-    listed this time)."""
+    listed this time), ``unreachable`` whether the scheduler answered (None: not asked)."""
 
     states: dict[str, NodeState | None]
     failed: frozenset[str]
     known: frozenset[str] | None
+    unreachable: bool | None = None
 
 
 def read_states(backend: SchedulerBackend, caps: Capabilities, nodes: Sequence[str], *,
@@ -45,10 +46,10 @@ def read_states(backend: SchedulerBackend, caps: Capabilities, nodes: Sequence[s
                 got = bulk.states(need)
         except BackendUnavailable as exc:
             problem(f"scheduler unreachable, not acting this step: {exc}")
-            return StatesRead({}, frozenset(need), None)
+            return StatesRead({}, frozenset(need), None, True)
         except MinutiaeError as exc:
             problem(f"scheduler states unknown this step: {exc}")
-            return StatesRead({}, frozenset(need), None)
+            return StatesRead({}, frozenset(need), None, True)
         for n in need:
             out[n] = got.get(n)
             if n not in got:
@@ -56,16 +57,31 @@ def read_states(backend: SchedulerBackend, caps: Capabilities, nodes: Sequence[s
         if len(failed) < len(need) and failed:
             problem(f"scheduler does not know {len(failed)} reporting node(s): "
                     f"{', '.join(sorted(failed)[:5])}")
-        return StatesRead(out, frozenset(failed), known)
+        return StatesRead(out, frozenset(failed), known, False)
+    down: bool | None = None if not need else False
     for i, n in enumerate(need):
         try:
             out[n] = backend.state(n)
         except BackendUnavailable as exc:
             problem(f"scheduler unreachable, not acting this step: {exc}")
             failed.update(need[i:])
+            down = True
             break
         except MinutiaeError as exc:
             problem(f"scheduler state of {n} unknown: {exc}")
             out[n] = None
             failed.add(n)
-    return StatesRead(out, frozenset(failed), None)
+    return StatesRead(out, frozenset(failed), None, down)
+
+
+def read_tolerances(caps: Capabilities, problem: Callable[[str], None]) -> dict[str, int] | None:
+    """Jobs' own tolerance from the scheduler (Slurm: ``--comment minutiae:tolerance=N``) when
+    the backend can tell; None: not known this time (keep the last values)."""
+    read = caps.tolerances
+    if read is None:
+        return None
+    try:
+        return dict(read.job_tolerances())
+    except MinutiaeError as exc:
+        problem(f"job tolerances from the scheduler unknown this step: {exc}")
+        return None

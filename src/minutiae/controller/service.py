@@ -3,8 +3,9 @@ scheduler backend with the audit log written first, recover pending actions on s
 
 Thread model: HTTP handlers call :meth:`Controller.ingest` (in memory, fast); one loop thread
 calls :meth:`Controller.step` every ``interval`` seconds or as soon as a report changes a node's
-health. Reports are written behind to SQLite once per step (an agent resends within its
-interval, so a crash loses at most one report per node, never an action).
+health. Reports are stored in group commits before they are acknowledged
+(``minutiae.controller.commit``: a writer thread, and each step), so an acknowledged report
+survives a crash.
 """
 
 from __future__ import annotations
@@ -16,15 +17,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from minutiae.clock import Clock
-from minutiae.controller import queries, retry
+from minutiae.controller import clockjump, queries, retry
+from minutiae.controller.commit import Committer
 from minutiae.controller.ha.replicas import fenced_batch, pull_reports
-from minutiae.controller.intake import Batch, Intake
+from minutiae.controller.intake import Intake
 from minutiae.controller.leadership import Leadership, SoleActor
 from minutiae.controller.notify.base import Notifier
 from minutiae.controller.policy import Policy
 from minutiae.controller.reconcile import reconcile, with_pause
 from minutiae.controller.record import ReportRecorder
-from minutiae.controller.sched_read import read_states
+from minutiae.controller.sched_read import read_states, read_tolerances
 from minutiae.controller.state import (
     ControllerMemory,
     Decision,
@@ -58,6 +60,7 @@ class Counters:
     actions_done: int = 0
     actions_failed: int = 0
     holds: int = 0
+    sched_up: bool | None = None  # did the scheduler answer the last read (None: not asked)
     problems: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=50))
     #: how long the last 100 reconcile steps took (seconds, the clock's monotonic time)
     step_s: deque[float] = field(default_factory=lambda: deque(maxlen=100))
@@ -91,7 +94,10 @@ class Controller:
         self.wake = threading.Event()
         self._lock = threading.Lock()        # reports and counters
         self._mem_lock = threading.RLock()   # memory (step vs pause/unpause)
-        self.intake = Intake(clock.now, self._lock, self.counters, recorder)
+        self._jumps = clockjump.WallJumps(clock)   # reports are dated by ``wall_now``
+        self.intake = Intake(self.wall_now, self._lock, self.counters, recorder)
+        #: stores the intake's rows (group commits) before reports are acknowledged
+        self.committer = Committer(self.intake, store, self.problem)
         self._views: dict[str, NodeView] = {}
         self._sched: dict[str, tuple[NodeState | None, float]] = {}
         self._all_at = float("-inf")     # last time every node's scheduler state was read
@@ -129,18 +135,29 @@ class Controller:
         return self.ingest_digest(body, raw)[0]
 
     def ingest_digest(self, body: Mapping[str, Any], raw: bytes | None = None
-                      ) -> tuple[Report, str | None]:
+                      ) -> tuple[Report, str | None, int | None]:
         """:meth:`ingest` for the API: a heartbeat (``digest`` and no ``status``) re-dates the
-        node's report (see ``minutiae.controller.intake``); returns the report and the digest
-        the agent may send next time."""
+        node's report (see ``minutiae.controller.intake``); returns the report, the digest
+        the agent may send next time and the ticket of the take that stores it (None: nothing
+        to store) — the API answers once that take is stored."""
         if isinstance(body, Mapping) and "digest" in body and "status" not in body \
                 and "checks" not in body:
-            rep = self.intake.heartbeat(body)
-            return rep, str(body["digest"])
-        rep, digest, changed = self.intake.ingest(body, raw)
-        if changed:
-            self.wake.set()
-        return rep, digest
+            rep, ticket = self.intake.heartbeat(body)
+            digest: str | None = str(body["digest"])
+        else:
+            rep, digest, changed, ticket = self.intake.ingest(body, raw)
+            if changed:
+                self.wake.set()
+        if ticket is not None:
+            self.committer.wake.set()
+        return rep, digest, ticket
+
+    def wall_now(self) -> float:
+        """The wall clock; a jump seen here re-dates the kept reports at once."""
+        now, jump = self._jumps.now()
+        if jump:
+            self.intake.shift(jump)
+        return now
 
     @property
     def _reports(self) -> dict[str, Report]:
@@ -155,6 +172,8 @@ class Controller:
         every fleet node the scheduler knows (``all_states``), reported or not."""
         got = read_states(self.backend, self.caps, list(nodes), everything=everything,
                           in_fleet=self.policy.in_fleet, problem=self.problem)
+        if got.unreachable is not None:
+            self.counters.sched_up = not got.unreachable
         if got.known is not None:
             self._known = set(got.known)
         need, failed = sorted(got.states.keys() | got.failed), got.failed
@@ -188,14 +207,17 @@ class Controller:
         every node once per ``sched_ttl_s``."""
         t0 = self.clock.monotonic()
         leading = self._lead()
-        now = self.clock.now()
+        now = self.wall_now()
+        if jump := self._jumps.take():   # controller/clockjump.py: act on nothing
+            clockjump.handle_jump(self, jump, now, leading)
+            leading = False
         if leading:
             self.retry_pending()
             retry.retry_due(self, now)
         self._cursor = pull_reports(self.store, self.intake, self._lock, self._cursor,
                                     self.problem)  # what the other replicas took
+        self.committer.commit()   # rows the writer thread has not stored yet (none without it)
         batch = self.intake.take()
-        self._save(batch)
         reports = batch.reports
         if not leading:  # a standby keeps reports, never reconciles or acts
             self.last_step = now
@@ -213,8 +235,8 @@ class Controller:
                     n for n in batch.changed if n not in self._sched}
                     if n in reports or n in self._known)
             states = self._states(want, interesting, now, everything=full)
-            if full:
-                self._read_job_tolerances()
+            if full and (tol := read_tolerances(self.caps, self.problem)) is not None:
+                self._sched_tolerance = tol
             views = self._views
             if full:  # nodes gone from the scheduler that never reported leave the fleet
                 for n in [n for n in views if n not in reports and n not in self._known]:
@@ -243,13 +265,6 @@ class Controller:
         with self._lock:
             self.counters.step_s.append(self.clock.monotonic() - t0)
         return plan
-
-    def _save(self, batch: Batch) -> None:
-        try:
-            self.store.save_reports(batch.rows, batch.beats)
-        except MinutiaeError as exc:
-            self.problem(f"could not save {len(batch.rows) + len(batch.beats)} reports: {exc}")
-            self.intake.give_back(batch)
 
     def _tell(self, plan: Plan) -> None:
         for a in plan.alerts:
@@ -372,17 +387,6 @@ class Controller:
 
     def scheduler_tolerances(self) -> dict[str, int]:
         return dict(self._sched_tolerance)
-
-    def _read_job_tolerances(self) -> None:
-        """Jobs' own tolerance from the scheduler (Slurm: ``--comment
-        minutiae:tolerance=N``), when the backend can tell; the API's value wins."""
-        read = self.caps.tolerances
-        if read is None:
-            return
-        try:
-            self._sched_tolerance = dict(read.job_tolerances())
-        except MinutiaeError as exc:  # keep the last known values
-            self.problem(f"job tolerances from the scheduler unknown this step: {exc}")
 
     # ---- views for the API (controller/queries.py) -----------------------------------------
     def node_rows(self) -> list[dict[str, Any]]:

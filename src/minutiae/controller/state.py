@@ -85,7 +85,9 @@ class NodeMemory:
     ``unhealthy_since``: start of the current unhealthy episode (storm breaker input);
     ``healthy_since``: since when a node we drained reports clean (healthy delay);
     ``step``/``step_since``: the remediation rung requested and when; ``drains``: times of our
-    drains within the lemon window; ``lemon``: k drains in d days (needs a human);
+    drains within the lemon window; ``lemon``: k drains in d days (needs a human); ``held``: a
+    human drained it (who and why: the web UI's drain, an undo of a resume): only a resolve
+    returns it;
     ``last_hold``: the check that held the last wanted action (to tell new holds from repeats);
     ``acked``: fingerprints of findings a human acknowledged (``resolve``: they no longer
     drain; a new occurrence has a new fingerprint and does); ``seen_drained``: the scheduler
@@ -102,13 +104,15 @@ class NodeMemory:
     last_hold: str | None = None
     acked: frozenset[str] = frozenset()
     seen_drained: bool = False
+    held: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"unhealthy_since": self.unhealthy_since, "healthy_since": self.healthy_since,
                 "drained_at": self.drained_at, "step": self.step.label if self.step else None,
                 "step_since": self.step_since, "drains": list(self.drains),
                 "lemon": self.lemon, "last_hold": self.last_hold,
-                "acked": sorted(self.acked), "seen_drained": self.seen_drained}
+                "acked": sorted(self.acked), "seen_drained": self.seen_drained,
+                "held": self.held}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> NodeMemory:
@@ -121,7 +125,8 @@ class NodeMemory:
             drains=tuple(float(x) for x in d.get("drains", ())), lemon=bool(d.get("lemon")),
             last_hold=d.get("last_hold"),
             acked=frozenset(str(x) for x in d.get("acked", ()) if isinstance(x, str)),
-            seen_drained=bool(d.get("seen_drained")))
+            seen_drained=bool(d.get("seen_drained")),
+            held=str(d["held"]) if d.get("held") else None)
 
 
 EMPTY_MEMORY = NodeMemory()

@@ -35,6 +35,7 @@ MAX_FINDINGS = 500
 MAX_TEXT = 2000
 MAX_AGE_S = 30 * 86400.0
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}$")
+_KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _JOB_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 #: escapes are removed first; then every other piece between quotes is outside the strings
 #: (linear, C speed; one regex for escaped strings would backtrack quadratically)
@@ -180,6 +181,15 @@ def _domains(d: Mapping[str, Any], where: str) -> dict[str, str]:
             raise ValidationError(f"{where}: invalid failure domain {k!r}={v!r}")
         domains[k] = v
     return domains
+
+
+def report_key(d: Mapping[str, Any]) -> str | None:
+    """The report's idempotency key (``agent.id``, set once by the agent when it made the
+    report and kept through its outbox and retries), or None (an old agent, or not a short
+    token)."""
+    agent = d.get("agent")
+    key = agent.get("id") if isinstance(agent, Mapping) else None
+    return key if isinstance(key, str) and _KEY_RE.fullmatch(key) else None
 
 
 def _sent_at(d: Mapping[str, Any], received: float) -> float:

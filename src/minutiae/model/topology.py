@@ -80,12 +80,13 @@ def nic_kind_from_pci(cls: str | None = None, vendor: str | None = None,
     link layer ``InfiniBand`` is InfiniBand; an Amazon (0x1d0f) device 0xefa* is EFA; a port
     link layer ``Ethernet`` or an Ethernet-class (0x0200) device of a known RDMA NIC vendor is
     Ethernet (RoCE when it is an RDMA device). An Ethernet-class device without a vendor is
-    UNKNOWN: EFA and RoCE adapters both show class 0x0200."""
+    UNKNOWN: EFA and RoCE adapters both show class 0x0200; so is an Amazon device without its
+    device id (ENA, 0xec20, is a plain Ethernet adapter of the same vendor and class)."""
     c, v, d = (x.strip().lower() if x else "" for x in (cls, vendor, device))
     ll = (link_layer or "").strip().lower()
     if c.startswith("0x0207") or ll == "infiniband":
         return NicKind.INFINIBAND
-    if v == _AMAZON and (not d or d.startswith("0xefa")):
+    if v == _AMAZON and d.startswith("0xefa"):
         return NicKind.EFA
     if ll == "ethernet" or (c.startswith("0x0200") and v in _RDMA_ETH_VENDORS):
         return NicKind.ETHERNET
@@ -131,6 +132,9 @@ class Nic:
 
     ``rate_gbps``/``state``/``port`` come from sysfs or ibstat-like sources; ``None`` when the
     format does not carry them. ``gdr`` is NCCL's GPUDirect-RDMA flag when the source gives it.
+    ``rdma``: whether the adapter has an RDMA device (verbs: InfiniBand, RoCE, EFA) as the source
+    states it (sysfs ``class/infiniband``, an hwloc ``OpenFabrics`` OS device); ``False`` for a
+    plain network interface (an ENA, an Ethernet port without RDMA), ``None`` when not said.
     """
 
     name: str
@@ -149,6 +153,16 @@ class Nic:
     pcie_width: int | None = None
     pcie_max_gen: int | None = None
     pcie_max_width: int | None = None
+    rdma: bool | None = None
+
+
+def is_rdma(n: Nic) -> bool:
+    """Whether ``n`` can carry NCCL's verbs/libfabric traffic: as the source states it
+    (``Nic.rdma``), else any adapter that is not a plain Ethernet interface (an Ethernet-kind
+    adapter counts when it has a device name of its own besides its interface name: RoCE)."""
+    if n.rdma is not None:
+        return n.rdma
+    return n.kind is not NicKind.ETHERNET or n.netdev != n.name
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["Damage", "Harm", "check_csv_lines", "last_line_time", "unknown_from"]
+__all__ = ["Damage", "Harm", "check_csv_lines", "cut_short", "last_line_time", "unknown_from"]
 
 
 class Harm(Enum):
@@ -167,6 +167,18 @@ def check_csv_lines(lines: Iterable[bytes], *, ends_with_newline: bool, path: st
                                 last_t if ordered else start, node, n, what)
         rows.append(dict(zip(cols, cells, strict=True)))
     return rows, None
+
+
+def cut_short(path: str, rows: Sequence[dict[str, str]], *, time_column: str | None, start: float,
+              node: str | None, missing: int) -> Damage:
+    """A CSV whose rows are all whole but which is ``missing`` bytes shorter than it was
+    written (``manifest.json``): cut at a row boundary. UNKNOWN from its last row's time when
+    the rows are in time order, else from ``start`` (the lost rows may be of any time)."""
+    ts = [float(r[time_column]) for r in rows] if time_column else []
+    ordered = all(a <= b for a, b in zip(ts, ts[1:], strict=False))
+    since = max(start, ts[-1]) if ts and ordered else start
+    return Damage(path, Harm.TRUNCATED, since, node, len(rows) + 2,
+                  f"cut at a row boundary: {missing:,} bytes shorter than written (manifest.json)")
 
 
 def last_line_time(lines: Iterable[bytes], year: int | None) -> tuple[float | None, int]:

@@ -5,13 +5,16 @@ Every function returns the good part of a file beside the damage it found; nothi
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from pathlib import Path
 
 from minutiae.errors import InputError
 from minutiae.inputs import iter_lines, read_bounded
-from minutiae.scoring.damage import Damage, Harm, check_csv_lines, last_line_time
+from minutiae.scoring.damage import Damage, Harm, check_csv_lines, cut_short, last_line_time
 
-__all__ = ["IB_COLUMNS", "MAX_FILE", "MAX_LINE", "ends_with_newline", "read_node", "scan_csv"]
+__all__ = ["IB_COLUMNS", "MAX_FILE", "MAX_LINE", "ends_with_newline", "read_node", "scan_csv",
+           "short_by"]
 
 #: the largest node file read whole (a kernel log)
 MAX_FILE = 1 << 31
@@ -33,10 +36,34 @@ def ends_with_newline(path: Path) -> bool:
         raise InputError(f"cannot read: {exc.strerror or exc}", str(path)) from None
 
 
+@lru_cache(maxsize=4)
+def _written(path: str, mtime_ns: int, size: int) -> dict[str, int]:
+    try:
+        doc = json.loads(read_bounded(Path(path), limit=1 << 26, what="manifest.json"))
+        files = doc.get("files") if isinstance(doc, dict) else None
+        return {str(k): int(v) for k, v in files.items()} if isinstance(files, dict) else {}
+    except (InputError, ValueError, TypeError):
+        return {}  # an unreadable manifest checks nothing; the files are checked as before
+
+
+def short_by(root: Path, rel: str) -> int:
+    """How many bytes ``root/rel`` lacks of the size ``manifest.json`` says it was written with
+    (0: whole, or no manifest: a dataset written before it existed, or not by the simulator)."""
+    mp = root / "manifest.json"
+    try:
+        st = mp.stat()
+        size = (root / rel).stat().st_size
+    except OSError:
+        return 0
+    want = _written(str(mp), st.st_mtime_ns, st.st_size).get(rel)
+    return max(0, want - size) if want is not None else 0
+
+
 def scan_csv(root: Path, name: str, required: tuple[str, ...], time_column: str | None, start: float,
              node: str | None = None) -> tuple[list[bytes], list[dict[str, str]], Damage | None]:
     """``(good lines with the header, their rows, damage)`` of ``root/name``; a missing file is
-    damage too (``Harm.MISSING``, the whole window)."""
+    damage too (``Harm.MISSING``, the whole window), and so is a file whose rows are whole but
+    which is shorter than ``manifest.json`` says it was written (cut at a row boundary)."""
     path = root / name
     if not path.is_file():
         return [], [], Damage(name, Harm.MISSING, start, node)
@@ -46,6 +73,8 @@ def scan_csv(root: Path, name: str, required: tuple[str, ...], time_column: str 
         return [], [], Damage(name, Harm.UNREADABLE, start, node, 1, str(exc).split(": ", 1)[-1])
     rows, damage = check_csv_lines(lines, ends_with_newline=ends_with_newline(path), path=name,
                                    required=required, time_column=time_column, start=start, node=node)
+    if damage is None and (missing := short_by(root, name)):
+        damage = cut_short(name, rows, time_column=time_column, start=start, node=node, missing=missing)
     header_ok = damage is None or damage.line != 1
     return (lines[:1 + len(rows)] if header_ok else []), rows, damage
 
@@ -79,6 +108,11 @@ def read_node(root: Path, node: str, *, start: float, end: float, year: int | No
             damage.append(Damage(rel + "/kern.log", Harm.TRUNCATED, t if t is not None else start, node,
                                  n + 1, "cut mid-line"))
             kern = kern[:cut]
+        elif kern is not None and (missing := short_by(root, rel + "/kern.log")):
+            t, n = last_line_time(kern.splitlines(), year)
+            damage.append(Damage(rel + "/kern.log", Harm.TRUNCATED, t if t is not None else start, node,
+                                 n + 1, f"cut at a line boundary: {missing:,} bytes shorter than "
+                                 "written (manifest.json)"))
     good, rows, dmg = scan_csv(root, f"{rel}/ib.csv", ("time", "device", "port", "counter", "value"),
                                "time", start, node)
     if dmg is not None:

@@ -8,11 +8,21 @@ some under a 500 W (H100) / 300 W (A100) power cap (``power_limit_w``; the clock
 SW power-cap reason is set); every GPU has a fixed clock offset within +-1 % and a thermal
 resistance within +-4 %.
 
+``Physics`` adds what a real fleet has and a clean model lacks, none of it known to slownodes:
+each job its own power intensity (a GEMM-heavy job draws more at the same utilisation than a
+memory-bound one, and the heaviest hit the TDP: power-capped, clock down, at the default
+limit), rear-row GPUs breathing pre-heated air (a fixed offset per slot), nodes higher in the
+rack a little warmer, fans that flatten the temperature rise at high power, utilisation dips
+(input pipeline, checkpoints), time stamps that jitter by node and sample, and lost scrapes.
+``CLEAN`` switches it all off (the model the analysis was first built against).
+
 Faults (``Fault``): ``thermal`` (the GPU runs 15 C hotter at the same power), ``power`` (20 %
 less power at full utilisation and clock), ``clock`` (SM clock -12 % with HW slowdown),
 ``node`` (a whole node -8 % clock, no reason, in a 1-node job), ``gap`` (no samples from a node
 or one GPU for a window) and ``absent`` (a node of fleet.csv that never reports). A fault can
 outlive a job change (two episodes of one fault window are still one fault).
+``default_faults`` places them at fixed nodes and times; ``random_faults`` draws nodes, GPUs,
+starts and lengths from a seed (for seeds never used while developing the analysis).
 """
 
 from __future__ import annotations
@@ -39,12 +49,32 @@ class Fault:
 
 
 @dataclass(frozen=True, slots=True)
+class Physics:
+    """What a real fleet adds to the clean model (see the module docstring)."""
+
+    intensity: tuple[float, float] = (0.6, 1.15)  # a job's dynamic power x (TDP - idle) at 100 %
+    slot_c: tuple[float, ...] = (0.0, 0.5, 1.0, 1.5, 4.0, 4.5, 5.0, 5.5)  # rear row pre-heated
+    rack_gradient_c: float = 0.3   # C per position up the rack
+    fan_bend: float = 0.2          # temperature rise x (1 - bend x power / TDP)
+    dips: float = 0.08             # share of busy samples whose utilisation dips to 20-60 %
+    jitter_s: float = 8.0          # time-stamp jitter per node and sample (+-)
+    lost: float = 0.003            # share of a node's samples lost (failed scrapes)
+    coupled: bool = True           # a clock fault is a ceiling: the GPU draws less power at it,
+                                   # and under a power cap that binds lower it changes nothing
+
+
+CLEAN = Physics(intensity=(1.0, 1.0), slot_c=(0.0,) * 8, rack_gradient_c=0.0, fan_bend=0.0,
+                dips=0.0, jitter_s=0.0, lost=0.0, coupled=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Fleet:
     telemetry: pl.DataFrame
     fleet: pl.DataFrame
     jobs: pl.DataFrame
     faults: tuple[Fault, ...]
     interval: float
+    effect: tuple[int, ...] = ()  # per fault: its longest visible run, in samples (``observable``)
 
 
 def _nodes(n: int) -> tuple[list[str], list[str], list[str]]:
@@ -105,88 +135,203 @@ def default_faults(names: list[str], span: float) -> tuple[Fault, ...]:
     return tuple(f)
 
 
-def _job_arrays(jobs: list[dict[str, object]], names: list[str], times: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Per (time, node): job type index (-1 idle) and whether capped."""
+def random_faults(seed: int, names: list[str], skus: list[str], span: float) -> tuple[Fault, ...]:
+    """Three thermal, three power and three clock faults on distinct random GPUs (at least one
+    of each on the second SKU), 4-20 h long at random starts; a slow node in a 1-node job; an
+    8-h node gap, a 3-h GPU gap and an absent node: drawn from ``seed`` alone."""
+    rng = np.random.default_rng([seed, 1818])
+    h = 3600.0
+    order = list(rng.permutation(len(names)))
+    other = [i for i in order if skus[i] != skus[0]]
+    picks = [other[0], *[i for i in order if i != other[0]]][:14]
+    rng.shuffle(picks[:9])
+    out = []
+    for k, kind in enumerate(["thermal", "power", "clock"] * 3):
+        start = float(rng.uniform(2 * h, span - 12 * h))
+        out.append(Fault(kind, names[picks[k]], int(rng.integers(8)), T0 + start,
+                         T0 + min(span, start + float(rng.uniform(4, 20)) * h)))
+    node_at = float(rng.uniform(4 * h, span - 12 * h))
+    gap_at = float(rng.uniform(2 * h, span - 10 * h))
+    out += [Fault("node", names[picks[9]], None, T0 + node_at, T0 + node_at + float(rng.uniform(6, 10)) * h),
+            Fault("gap", names[picks[10]], None, T0 + gap_at, T0 + gap_at + 8 * h),
+            Fault("gap", names[picks[11]], int(rng.integers(8)), T0 + gap_at + h, T0 + gap_at + 4 * h),
+            Fault("absent", names[picks[12]], None, T0, T0 + span)]
+    return tuple(out)
+
+
+def _job_arrays(jobs: list[dict[str, object]], names: list[str], times: np.ndarray,
+                intensity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per (time, node): job type index (-1 idle), whether capped, the job's power intensity."""
     jt = np.full((times.size, len(names)), -1, dtype=np.int64)
     cap = np.zeros((times.size, len(names)), dtype=bool)
+    inten = np.ones((times.size, len(names)))
     kinds = list(TYPES)
-    for j in jobs:
+    for j, k_j in zip(jobs, intensity, strict=True):
         on = (times >= float(j["start"])) & (times < float(j["end"]))  # type: ignore[arg-type]
         for n in str(j["nodes"]).split():
             k = names.index(n)
             jt[on, k] = kinds.index(str(j["job_type"]))
             cap[on, k] = bool(j["capped"])
-    return jt, cap
+            inten[on, k] = k_j
+    return jt, cap, inten
 
 
 def make_fleet(nodes: int = 64, days: float = 2.0, interval: float = 300.0, seed: int = 7,
-               faults: tuple[Fault, ...] | None = None) -> Fleet:
+               faults: tuple[Fault, ...] | None = None, physics: Physics = CLEAN) -> Fleet:
+    """The fleet, its jobs and its telemetry. ``physics`` draws from its own random stream, so
+    ``CLEAN`` gives the same rows for a seed as before ``Physics`` existed."""
     rng = np.random.default_rng(seed)
+    prng = np.random.default_rng([seed, 18])
     names, skus, racks = _nodes(nodes)
     span = days * 86400
     faults = default_faults(names, span) if faults is None else faults
     solo = {f.node: f.start - T0 - 2 * 3600 for f in faults if f.kind == "node"}
     jobs = _schedule(rng, names, skus, span, solo)
     times = T0 + interval * np.arange(int(span // interval))
-    jt, cap = _job_arrays(jobs, names, times)
+    jt, cap, inten = _job_arrays(jobs, names, times, prng.uniform(*physics.intensity, len(jobs)))
     inlet = 22 + 3 * np.sin(2 * np.pi * (times - T0) / 86400 - np.pi / 2)
-    parts = []
+    parts, effect = [], {f: times.size for f in faults}
     for k, node in enumerate(names):
         if any(f.kind == "absent" and f.node == node for f in faults):
             continue
-        parts.append(_node_rows(rng, node, SKUS[skus[k]], racks[k], times, inlet, jt[:, k], cap[:, k],
-                                [f for f in faults if f.node == node]))
+        where = _Where(node, SKUS[skus[k]], racks[k], k % 8)
+        mine = [f for f in faults if f.node == node]
+        rows, seen = _node_rows(rng, prng, physics, where, times, inlet,
+                                (jt[:, k], cap[:, k], inten[:, k]), mine)
+        parts.append(rows)
+        effect.update(zip(mine, seen, strict=True))
     tel = pl.concat(parts).sort("time", "node", "gpu")
     fleet = pl.DataFrame({"node": names, "sku": skus, "rack": racks})
     jobs_df = pl.DataFrame({"job_id": [j["job_id"] for j in jobs], "start": [str(j["start"]) for j in jobs],
                             "end": [str(j["end"]) for j in jobs], "nodes": [j["nodes"] for j in jobs],
                             "job_type": [j["job_type"] for j in jobs]})
-    return Fleet(tel, fleet, jobs_df, faults, interval)
+    return Fleet(tel, fleet, jobs_df, faults, interval, tuple(effect[f] for f in faults))
 
 
-def _node_rows(rng: np.random.Generator, node: str, sku: dict[str, float], rack: str,
-               times: np.ndarray, inlet: np.ndarray, jt: np.ndarray, capped: np.ndarray,
-               faults: list[Fault]) -> pl.DataFrame:
-    n_t, n_g = times.size, 8
-    busy = jt >= 0
-    util = np.where(busy, np.array(list(TYPES.values()))[np.maximum(jt, 0)], 0.0)[:, None]
-    util = np.clip(util * 100 + rng.normal(0, 1.5, (n_t, n_g)) * busy[:, None], 0, 100)
-    spread = rng.uniform(0.99, 1.01, n_g)
-    clock = np.where(busy[:, None], sku["clock"] * spread * (1 + rng.normal(0, 0.003, (n_t, n_g))), 210.0)
-    power = sku["idle"] + (sku["tdp"] - sku["idle"]) * (util / 100) ** 1.3 * rng.normal(1, 0.02, (n_t, n_g))
-    limit = np.where(capped, sku["cap"], sku["tdp"])[:, None] * np.ones(n_g)
-    over = power > limit
-    clock = np.where(over, clock * (limit / power) ** 0.5, clock)
-    power = np.minimum(power, limit * rng.normal(0.995, 0.004, (n_t, n_g)))
-    reasons = np.where(busy[:, None], np.where(over, SW_POWER_CAP, 0), IDLE_REASON).astype(np.int64)
-    keep = np.ones((n_t, n_g), dtype=bool)
-    extra_t = np.zeros((n_t, n_g))
+@dataclass(frozen=True, slots=True)
+class _Where:
+    node: str
+    sku: dict[str, float]
+    rack: str
+    pos: int  # position in the rack, bottom up
+
+
+_CEILING = {"clock": 1 / 1.12, "node": 0.92}
+
+
+def _window(f: Fault, times: np.ndarray) -> tuple[np.ndarray, slice | int]:
+    return (times >= f.start) & (times < f.end), slice(None) if f.gpu is None else f.gpu
+
+
+def _ceilings(times: np.ndarray, busy: np.ndarray, faults: list[Fault]) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample the clock ceiling the clock/node faults set (1: none) and the HW-slowdown
+    reason a clock fault raises."""
+    ceil = np.ones((times.size, 8))
+    hw = np.zeros((times.size, 8), dtype=np.int64)
     for f in faults:
-        w = (times >= f.start) & (times < f.end)
-        g = slice(None) if f.gpu is None else f.gpu
+        if f.kind in _CEILING:
+            w, g = _window(f, times)
+            ceil[w, g] *= np.where(busy[w], _CEILING[f.kind], 1.0)[:, None] if f.gpu is None \
+                else np.where(busy[w], _CEILING[f.kind], 1.0)
+            if f.kind == "clock":
+                hw[w, g] |= np.where(busy[w], HW_SLOWDOWN, 0)
+    return ceil, hw
+
+
+def _other_faults(times: np.ndarray, util: np.ndarray, power: np.ndarray, faults: list[Fault]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Thermal, power and gap faults (power in place); returns (extra temperature, kept)."""
+    keep = np.ones(power.shape, dtype=bool)
+    extra_t = np.zeros(power.shape)
+    for f in faults:
+        w, g = _window(f, times)
         if f.kind == "thermal":
             extra_t[w, g] += 15.0
         elif f.kind == "power":
             power[w, g] *= np.where(util[w, g] > 50, 0.8, 1.0)
-        elif f.kind == "clock" and f.gpu is not None:
-            clock[w, f.gpu] *= np.where(busy[w], 1 / 1.12, 1.0)
-            reasons[w, f.gpu] |= np.where(busy[w], HW_SLOWDOWN, 0)
-        elif f.kind == "node":
-            clock[w, :] *= np.where(busy[w], 0.92, 1.0)[:, None]
         elif f.kind == "gap":
             keep[w, g] = False
+    return extra_t, keep
+
+
+def _clock_power(sku: dict[str, float], boost: np.ndarray, dyn: np.ndarray, limit: np.ndarray,
+                 ceil: np.ndarray, coupled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(clock, power, capped) from the boost clock, the load's dynamic power at it, the power
+    limit and the fault ceilings. Coupled: the clock is the lower of the ceiling and what the
+    power cap allows (a healthy GPU's capped clock), the power follows the clock. Not coupled
+    (``CLEAN``): the cap first, the ceiling on top, the power as without the fault."""
+    demand = sku["idle"] + dyn
+    capped_clock = np.where(demand > limit, boost * (limit / demand) ** 0.5, boost)
+    if coupled:
+        clock = np.minimum(boost * ceil, capped_clock)
+        capped = capped_clock < boost * ceil
+        power = np.where(capped, limit, sku["idle"] + dyn * ceil)
+    else:
+        clock, capped, power = capped_clock * ceil, demand > limit, demand
+    return clock, power, capped
+
+
+def _node_rows(rng: np.random.Generator, prng: np.random.Generator, ph: Physics, at: _Where,
+               times: np.ndarray, inlet: np.ndarray, job: tuple[np.ndarray, np.ndarray, np.ndarray],
+               faults: list[Fault]) -> tuple[pl.DataFrame, list[int]]:
+    jt, capped_job, inten = job
+    sku = at.sku
+    n_t, n_g = times.size, 8
+    busy = jt >= 0
+    util = np.where(busy, np.array(list(TYPES.values()))[np.maximum(jt, 0)], 0.0)[:, None]
+    util = np.clip(util * 100 + rng.normal(0, 1.5, (n_t, n_g)) * busy[:, None], 0, 100)
+    dip = busy[:, None] & (prng.random((n_t, n_g)) < ph.dips)
+    util = np.where(dip, util * prng.uniform(0.2, 0.6, (n_t, n_g)), util)
+    spread = rng.uniform(0.99, 1.01, n_g)
+    boost = np.where(busy[:, None], sku["clock"] * spread * (1 + rng.normal(0, 0.003, (n_t, n_g))), 210.0)
+    dyn = (sku["tdp"] - sku["idle"]) * inten[:, None] * (util / 100) ** 1.3 * rng.normal(1, 0.02, (n_t, n_g))
+    limit = np.where(capped_job, sku["cap"], sku["tdp"])[:, None] * np.ones(n_g)
+    ceil, hw = _ceilings(times, busy, faults)
+    clock, power, over = _clock_power(sku, boost, dyn, limit, ceil, ph.coupled)
+    power = np.minimum(power, limit * rng.normal(0.995, 0.004, (n_t, n_g)))
+    reasons = np.where(busy[:, None], np.where(over, SW_POWER_CAP, 0) | hw, IDLE_REASON).astype(np.int64)
+    healthy = np.minimum(boost, np.where(sku["idle"] + dyn > limit,
+                                         boost * (limit / (sku["idle"] + dyn)) ** 0.5, boost))
+    extra_t, keep = _other_faults(times, util, power, faults)
     r = sku["r"] * rng.uniform(0.96, 1.04, n_g)
-    hot = 6.0 if rack == "r2" else 0.0
-    temp = inlet[:, None] + hot + 8 + r * power + extra_t + rng.normal(0, 0.7, (n_t, n_g))
-    tt, gg = np.meshgrid(times, np.arange(n_g), indexing="ij")
+    hot = (6.0 if at.rack == "r2" else 0.0) + ph.rack_gradient_c * at.pos
+    rise = r * power * (1 - ph.fan_bend * power / sku["tdp"])
+    temp = (inlet[:, None] + hot + 8 + rise + np.asarray(ph.slot_c) + extra_t
+            + rng.normal(0, 0.7, (n_t, n_g)))
+    keep &= (prng.random(n_t) >= ph.lost)[:, None]
+    # a clock fault shows where it holds the clock at least half its size below the healthy one
+    effect = [_effect(f, times, keep, busy, util, clock < healthy * (1 - (1 - _CEILING.get(f.kind, 1)) / 2))
+              for f in faults]
+    stamp = times + (prng.uniform(-ph.jitter_s, ph.jitter_s, n_t) if ph.jitter_s else 0.0)
+    tt, gg = np.meshgrid(stamp, np.arange(n_g), indexing="ij")
     m = keep.ravel()
     return pl.DataFrame({
-        "time": tt.ravel()[m], "node": node, "gpu": gg.ravel()[m].astype(np.int64),
+        "time": tt.ravel()[m].round(3), "node": at.node, "gpu": gg.ravel()[m].astype(np.int64),
         "sm_clock_mhz": clock.ravel()[m].round(), "power_w": power.ravel()[m].round(1),
         "temp_c": temp.ravel()[m].round(), "util": util.ravel()[m].round(),
         "power_limit_w": limit.ravel()[m], "clock_event_reasons": reasons.ravel()[m],
-        "pcie_replay": np.zeros(int(m.sum()), dtype=np.int64)})
+        "pcie_replay": np.zeros(int(m.sum()), dtype=np.int64)}), effect
+
+
+def _effect(f: Fault, times: np.ndarray, keep: np.ndarray, busy: np.ndarray, util: np.ndarray,
+            slowed: np.ndarray) -> int:
+    """The longest run of consecutive sample times at which the fault shows in the telemetry:
+    thermal while busy, power at more than 50 % utilisation, a clock ceiling where it held the
+    clock at least half the fault's size below what the GPU would otherwise have run at (under
+    a power cap that already binds, a 12 % ceiling may cost 1 %); gaps and absences always
+    count."""
+    w, g = _window(f, times)
+    seen = keep & busy[:, None]
+    if f.kind == "power":
+        seen &= util > 50
+    elif f.kind in _CEILING:
+        seen &= slowed
+    elif f.kind != "thermal":
+        return times.size
+    cols = seen[:, g] if f.gpu is not None else seen
+    hit = (cols[w] if cols.ndim == 1 else cols[w].any(axis=1)).astype(np.int8)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], hit, [0]])))
+    return int((edges[1::2] - edges[::2]).max()) if edges.size else 0
 
 
 def write_dataset(fleet: Fleet, root: str) -> None:
@@ -199,74 +344,3 @@ def write_dataset(fleet: Fleet, root: str) -> None:
     fleet.telemetry.write_parquet(p / "telemetry.parquet")
     fleet.fleet.write_csv(p / "fleet.csv")
     fleet.jobs.write_csv(p / "jobs.csv")
-
-
-#: which finding metrics find which fault kinds
-FINDS = {"thermal": ("thermal",), "power": ("power",), "clock": ("sm_clock",), "node": ("sm_clock",)}
-
-
-@dataclass(frozen=True, slots=True)
-class Score:
-    found: tuple[Fault, ...]
-    missed: tuple[Fault, ...]
-    false_alarms: tuple[str, ...]
-    gaps_reported: tuple[Fault, ...]
-    gaps_missed: tuple[Fault, ...]
-    delays_s: tuple[float, ...]  # per found fault: first matching episode start - fault start
-
-    def line(self) -> str:
-        n = len(self.found) + len(self.missed)
-        g = len(self.gaps_reported) + len(self.gaps_missed)
-        return (f"faults found {len(self.found)}/{n}, false alarms {len(self.false_alarms)}, "
-                f"gaps/absent reported {len(self.gaps_reported)}/{g}")
-
-
-def _hits(f: Fault, node: str, gpu: int | None, start: float, end: float) -> bool:
-    return (node == f.node and (f.gpu is None or gpu is None or gpu == f.gpu)
-            and start < f.end and end > f.start)
-
-
-def score(faults: tuple[Fault, ...], findings: list[object], unknown: list[object],
-          by_metric: bool = True) -> Score:
-    """Match findings (``node, gpu, metric, start, end`` attributes) to the injected faults: a
-    finding is a hit when it is on the fault's node (and GPU, for a GPU fault), overlaps its
-    window and (``by_metric``) its metric is one that finds this kind; every other finding is a
-    false alarm. Gap/absent faults must appear among ``unknown`` (same node/GPU, overlapping)."""
-    slow = [f for f in faults if f.kind in FINDS]
-    holes = [f for f in faults if f.kind not in FINDS]
-    found, missed, delays = [], [], []
-    used: set[int] = set()
-    for f in slow:
-        hit = [i for i, x in enumerate(findings)
-               if _hits(f, x.node, x.gpu, x.start, x.end)  # type: ignore[attr-defined]
-               and (not by_metric or x.metric in FINDS[f.kind])]  # type: ignore[attr-defined]
-        used |= set(hit)
-        if hit:
-            found.append(f)
-            delays.append(min(findings[i].start for i in hit) - f.start)  # type: ignore[attr-defined]
-        else:
-            missed.append(f)
-    false = [f"{x.node}/{x.gpu}/{x.metric}@{x.start:.0f}" for i, x in enumerate(findings)  # type: ignore[attr-defined]
-             if i not in used and not any(_hits(f, x.node, x.gpu, x.start, x.end) for f in slow)]  # type: ignore[attr-defined]
-    rep = [f for f in holes if any(_hits(f, u.node, u.gpu, u.start, u.end) for u in unknown)]  # type: ignore[attr-defined]
-    return Score(tuple(found), tuple(missed), tuple(false), tuple(rep),
-                 tuple(f for f in holes if f not in rep), tuple(delays))
-
-
-def observable(fleet: Fleet, min_samples: int = 6) -> tuple[Fault, ...]:
-    """The faults a passive monitor can see: thermal/clock/node faults while the GPU(s) were busy,
-    power faults at >= 50 % utilisation, for at least ``min_samples`` samples (30 min at 5 min);
-    a fault on an idle GPU changes nothing in its telemetry. Gaps and absences always count."""
-    out = []
-    tel = fleet.telemetry
-    for f in fleet.faults:
-        if f.kind not in FINDS:
-            out.append(f)
-            continue
-        sel = tel.filter((pl.col("node") == f.node) & (pl.col("time") >= f.start)
-                         & (pl.col("time") < f.end) & (pl.col("util") >= (50 if f.kind == "power" else 5)))
-        if f.gpu is not None:
-            sel = sel.filter(pl.col("gpu") == f.gpu)
-        if sel.get_column("time").n_unique() >= min_samples:
-            out.append(f)
-    return tuple(out)

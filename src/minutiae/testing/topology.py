@@ -12,6 +12,7 @@ from pathlib import Path
 
 from minutiae.analyses.topology.plan import BindingPlan
 from minutiae.analyses.topology.render import PlanFormat, render
+from minutiae.errors import ValidationError
 from minutiae.model.topology import (
     Gpu,
     Nic,
@@ -323,7 +324,44 @@ def truth(plan: BindingPlan) -> list[Bound]:
     return [_bound(plan.rank_env(r), r.local_rank, r.cpus, r.mems) for r in plan.ranks]
 
 
+def decode_systemd(text: str) -> dict[str, tuple[int, ...]]:
+    """Each confining setting of the systemd output (``<section>/<key>`` of its drop-ins, as
+    systemd reads them: ``AllowedCPUs=`` a cpulist, ``CPUAffinity=`` CPUs or ranges separated
+    by spaces or commas) -> the CPUs it leaves to what it confines."""
+    out: dict[str, tuple[int, ...]] = {}
+    unit = section = ""
+    for ln in text.splitlines():
+        if m := re.match(r"^#.*?(/etc/systemd/[^\s:]+)", ln):
+            unit = m.group(1)
+        elif m := re.match(r"^\[(\w+)\]$", ln):
+            section = m.group(1)
+        elif m := re.match(r"^(AllowedCPUs|CPUAffinity)=(.+)$", ln):
+            cpus = parse_cpulist(",".join(m.group(2).replace(",", " ").split()))
+            out[f"{unit or section}:{section}/{m.group(1)}"] = cpus
+    return out
+
+
+def assert_systemd_agrees(plan: BindingPlan) -> None:
+    """The systemd output confines services to exactly the plan's reserved CPUs, which no rank
+    is pinned to; it names what each form pins; without reserved CPUs it refuses."""
+    if not plan.reserved:
+        try:
+            render(plan, PlanFormat.SYSTEMD)
+        except ValidationError:
+            return
+        raise AssertionError("systemd output without reserved CPUs")
+    text = render(plan, PlanFormat.SYSTEMD)
+    got = decode_systemd(text)
+    assert len(got) == 4 and set(got.values()) == {plan.reserved}, got
+    assert {k.split(":")[1] for k in got} == {"Slice/AllowedCPUs", "Manager/CPUAffinity",
+                                              "Service/CPUAffinity"}
+    assert all(r.cpus is None or not set(r.cpus) & set(plan.reserved) for r in plan.ranks)
+    for said in ("system.slice", "user.slice", "sshd", "slurmd", "kubelet", "kubepods.slice"):
+        assert said in text, said
+
+
 def assert_all_formats_agree(plan: BindingPlan) -> None:
+    assert_systemd_agrees(plan)
     want = truth(plan)
     for fmt, got in decoded(plan).items():
         if fmt == "taskset":  # taskset cannot bind memory; the script says so

@@ -12,7 +12,8 @@ import pytest
 
 from minutiae.analyses.slownodes.analysis import analyse_telemetry
 from minutiae.cli.main import main
-from minutiae.testing.telemetry_fleet import make_fleet, observable, score, write_dataset
+from minutiae.testing.fleet_score import observable, score
+from minutiae.testing.telemetry_fleet import make_fleet, write_dataset
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +94,38 @@ def test_small_job_without_fleet_peers_is_judged_on_its_own_history(fleet) -> No
     s = score(observable(fleet), list(r.findings), list(r.unknown))
     assert not s.missed and s.false_alarms == ()
     assert any(f.scope == "node" and f.node == "gn017" for f in r.findings)
+
+
+@pytest.fixture(scope="module")
+def real_fleet():  # type: ignore[no-untyped-def]
+    """The realistic fleet (workload power intensity, slot temperatures, jittered time stamps,
+    lost scrapes, …) with faults drawn from a seed not used while developing the analysis."""
+    from minutiae.testing.telemetry_fleet import Physics, _nodes, random_faults
+
+    names, skus, _ = _nodes(64)
+    return make_fleet(seed=4242, faults=random_faults(4242, names, skus, 2 * 86400), physics=Physics())
+
+
+def test_realistic_fleet_every_fault_no_false_alarm(real_fleet) -> None:  # type: ignore[no-untyped-def]
+    r = analyse_telemetry(real_fleet.telemetry, real_fleet.fleet, real_fleet.jobs)
+    obs = observable(real_fleet)
+    s = score(obs, list(r.findings), list(r.unknown))
+    assert {f.kind for f in obs} >= {"thermal", "power", "clock", "gap", "absent"}
+    assert not s.missed, s.missed
+    assert s.false_alarms == ()
+    assert not s.gaps_missed, s.gaps_missed
+    assert r.interval_s == pytest.approx(300, abs=1)  # per-series steps, not the jittered stamps
+
+
+def test_realistic_fleet_breaks_the_clean_models_assumptions(real_fleet) -> None:  # type: ignore[no-untyped-def]
+    """What the analysis may not assume, the realistic fleet has: power at full utilisation
+    differs by workload (job), rear GPU slots run hotter, time stamps are not on one grid."""
+    tel = real_fleet.telemetry
+    busy = tel.filter(pl.col("util") >= 95)
+    per_node = busy.group_by("node").agg(pl.col("power_w").median())["power_w"]
+    assert per_node.quantile(0.9) / per_node.quantile(0.1) > 1.2  # type: ignore[operator]
+    slot = tel.filter(pl.col("util") >= 50).group_by("gpu").agg((pl.col("temp_c") - 0.055 * pl.col("power_w"))
+                                                                 .median().alias("t"))
+    t = dict(slot.iter_rows())
+    assert t[7] - t[0] > 3
+    assert tel["time"].n_unique() > 10 * (tel["time"].max() - tel["time"].min()) / 300  # type: ignore[operator]

@@ -260,3 +260,59 @@ def test_learn_table_never_cuts_values(tmp_path: Path, capsys: pytest.CaptureFix
     assert "…" not in out
     flat = re.sub(r"[\s│┃|]", "", out)
     assert "0>mlx5_0;1>mlx5_1;2>mlx5_2" in flat  # the long pairing value, folded, all there
+
+
+def _planted() -> dict[str, object]:
+    """One node per shipped rule attribute, each with one fault that rule finds."""
+    from dataclasses import replace
+
+    from minutiae.model.topology import NvLink, PathType
+    from minutiae.testing.topology import dgx_like_topology, with_facts
+
+    base = dgx_like_topology()
+
+    def gpu(i: int, **kw: object) -> object:
+        return replace(base, gpus=tuple(replace(g, **kw) if g.index == i else g for g in base.gpus))
+
+    def nic(i: int, **kw: object) -> object:
+        return replace(base, nics=tuple(replace(n, **kw) if n.name == f"mlx5_{i}" else n for n in base.nics))
+
+    far = {**base.gpu_nic, (0, "mlx5_0"): PathType.SYS}
+    return {
+        "gpus.count": dgx_like_topology(gpus=7), "gpus.model": gpu(2, model="NVIDIA H100 PCIe"),
+        "gpus.nvlinks": gpu(3, nvlinks=tuple(NvLink(peer=j, links=12) for j in range(8) if j != 3)),
+        "gpus.nvlink_peers": gpu(1, nvlinks=()), "gpus.pcie": gpu(5, pcie_width=8),
+        "gpus.per_numa": dgx_like_topology(numa_of_gpu={3: 1}),
+        "gpus.local_nic": replace(base, gpu_nic=far), "gpus.pairing": replace(base, gpu_nic=far),
+        "nics.count": dgx_like_topology(drop_nic=6), "nics.names": dgx_like_topology(drop_nic=6),
+        "nics.rate_gbps": dgx_like_topology(slow_nic=3), "nics.state": nic(4, state="DOWN"),
+        "nics.firmware": nic(2, firmware="28.39.1002"), "nics.pcie": nic(1, pcie_width=8),
+        "nvme.count": replace(base, nvmes=base.nvmes[:1]),
+        "software.driver": with_facts(base, driver="550.54.15"),
+        "software.kernel": with_facts(base, kernel="6.8.0-40-generic"),
+        "software.vbios": with_facts(base, vbios="96.00.99.00.01"),
+    }
+
+
+def test_every_rule_names_the_device_or_node() -> None:
+    """Issue 18: `--check` names the device in every finding (or the node, for a node-wide
+    attribute): a fault planted for each shipped rule, each finding's message checked."""
+    from minutiae.analyses.topology.profile import Profile, fingerprint
+    from minutiae.analyses.topology.rules import rules
+    from minutiae.testing.topology import dgx_like_topology, with_facts
+
+    good = with_facts(dgx_like_topology(), kernel="6.8.0-31-generic", vbios="96.00.89.00.01")
+    prof = Profile("p", fingerprint(good))
+    planted = _planted()
+    assert set(planted) == set(rules()), set(rules()) ^ set(planted)  # every shipped rule
+    device = re.compile(r"\[(GPU\d+ \(0000:[0-9a-f:.]+\)|mlx5_\d+ \(0000:[0-9a-f:.]+\)|NICs present: |"
+                        r"NVMe present: |GPUs present: |node )")
+    for key, t in planted.items():
+        if key.startswith("software.") or key in ("gpus.model",):
+            t = with_facts(t, **{k: v for k, v in good.facts.items() if k not in t.facts})  # type: ignore[arg-type]
+        found = [f for f in check_topology(t, prof).findings if f.rule == key]  # type: ignore[arg-type]
+        assert found, key
+        assert all(device.search(f.message) for f in found), (key, [f.message for f in found])
+    numa = [f for f in check_topology(planted["gpus.per_numa"]).findings  # type: ignore[arg-type]
+            if f.kind == "numa_unbalanced"]
+    assert numa and "GPU3" in numa[0].message and "GPU0" in numa[0].message, numa

@@ -64,6 +64,7 @@ class _Pass1:
     peer_st: list[pl.DataFrame] = field(default_factory=list)
     sku_st: list[pl.DataFrame] = field(default_factory=list)
     rack_st: list[pl.DataFrame] = field(default_factory=list)
+    own_st: list[pl.DataFrame] = field(default_factory=list)
     fits: list[pl.DataFrame] = field(default_factory=list)
     bins: list[pl.DataFrame] = field(default_factory=list)
     devs: list[np.ndarray] = field(default_factory=list)
@@ -92,7 +93,7 @@ def _chunk_of(tel: pl.DataFrame, chunk_rows: int | None) -> tuple[float, np.ndar
     """(sample interval, each row's chunk number, number of chunks)."""
     times = tel.get_column("time").cast(pl.Float64)
     uniq = times.unique().sort()
-    interval = float(np.median(np.diff(uniq.to_numpy()))) if uniq.len() > 1 else 60.0
+    interval = sample_interval(tel)
     bounds = np.asarray(_chunk_bounds(uniq, interval, tel.height, chunk_rows)[1:], dtype=np.float64)
     # each row's chunk number, once (a compare per chunk instead of a time filter per chunk),
     # computed a slice at a time: 2 bytes per row are kept, not 8
@@ -101,6 +102,20 @@ def _chunk_of(tel: pl.DataFrame, chunk_rows: int | None) -> tuple[float, np.ndar
     chunk_of = np.concatenate([np.searchsorted(bounds, tv[i:i + (1 << 20)], side="right").astype(kind)
                                for i in range(0, tv.size, 1 << 20)])
     return interval, chunk_of, bounds.size + 1
+
+
+def sample_interval(tel: pl.DataFrame, nodes: int = 32) -> float:
+    """The sampling interval: the median step between a GPU's consecutive samples, over the GPUs
+    of the first ``nodes`` nodes in the table. Per GPU, not between the table's distinct times:
+    scrapes stamp each node at its own second (jitter), and a fleet's distinct times are then
+    seconds apart although each GPU is sampled every few minutes. 60 s when no GPU has two."""
+    first = tel.get_column("node").head(4096).cast(pl.String).unique(maintain_order=True).head(nodes)
+    some = (tel.filter(pl.col("node").cast(pl.String).is_in(first.implode()))
+            .select(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64),
+                    pl.col("time").cast(pl.Float64)).unique().sort("node", "gpu", "time"))
+    steps = some.select(pl.col("time").diff().over(["node", "gpu"])).to_series().drop_nulls().to_numpy()
+    steps = steps[steps > 0]
+    return float(np.median(steps)) if steps.size else 60.0
 
 
 def _per_gpu_aggs(df: pl.DataFrame, opts: sn.SlowOptions) -> list[pl.Expr]:
@@ -126,8 +141,8 @@ def _chunk(st: _Pass1, raw: pl.DataFrame, metrics: list[str], interval: float, k
     if df.height == 0:
         return
     st.samples += df.height
-    peer, sku, rack = D.stats(df, metrics)
-    df = D.deficits(df, peer, sku, rack, opts, metrics, None)
+    peer, sku, rack, own = D.stats(df, metrics)
+    df = D.deficits(df, (peer, sku, rack, own), opts, metrics, None)
     if "dt" in df.columns:
         fit = D.thermal_fit(df)
         st.fits.append(fit)
@@ -136,6 +151,7 @@ def _chunk(st: _Pass1, raw: pl.DataFrame, metrics: list[str], interval: float, k
     st.peer_st.append(peer)
     st.sku_st.append(sku)
     st.rack_st.append(rack)
+    st.own_st.append(own)
     d = df.get_column("d_sm_clock_mhz").to_numpy()
     st.devs.append(d[np.isfinite(d)])
     st.per_gpu.append(df.group_by(_KEY).agg(_per_gpu_aggs(df, opts)))
@@ -192,6 +208,7 @@ def _pass2(tel: pl.DataFrame, cands: pl.DataFrame, st: _Pass1, keys: Keys, metri
     findings: list[sn.SlowFinding] = []
     peer, sku = pl.concat(st.peer_st), pl.concat(st.sku_st)
     rack = pl.concat(st.rack_st) if st.rack_st else None
+    groups = (peer, sku, rack, pl.concat(st.own_st))
     resist = D.resistance(st.fits) if st.fits else None
     base = D.history(st.bins)
     cand_nodes = sorted(keys.names[i] for i in cands.get_column("nid").unique().to_list())
@@ -199,7 +216,7 @@ def _pass2(tel: pl.DataFrame, cands: pl.DataFrame, st: _Pass1, keys: Keys, metri
         rows = (tel.filter(pl.col("node").cast(pl.String).is_in(cand_nodes[i:i + per_batch]))
                 .with_columns(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64), keys.nid())
                 .join(cands, on=_KEY, how="semi"))
-        df = D.add_history(D.deficits(D.busy(rows, metrics, interval, keys), peer, sku, rack, opts,
+        df = D.add_history(D.deficits(D.busy(rows, metrics, interval, keys), groups, opts,
                                       metrics, resist), base)
         del rows
         for metric, slow in D.slow_exprs(df, limit, opts).items():

@@ -57,7 +57,9 @@ def episodes(df: pl.DataFrame, slow: pl.Expr, metric: str, interval: float,
                  *[pl.col(c).mean().alias(c) for c in ("pcie_replay_per_h",) if c in flagged.columns],
                  *[((pl.col("clock_event_reasons") & bit) > 0).mean().alias(f"r{bit}")
                    for bit in REASONS])
-            .with_columns((pl.col("end") - pl.col("start") + interval).alias("dur"))
+            # in whole samples: time stamps jitter by seconds around the sample grid
+            .with_columns((((pl.col("end") - pl.col("start")) / interval).round() * interval
+                           + interval).alias("dur"))
             .filter(pl.col("dur") >= opts.min_duration)
             .sort(["node", "gpu", "start"]))  # every episode, each with its start and end
     out = []

@@ -21,7 +21,7 @@ from minutiae.errors import DataError, ParseError
 
 PARQUET_MAGIC = b"PAR1"
 NUMERIC = {"step": pl.Int64, "rank": pl.Int64, "seconds": pl.Float64, "ms": pl.Float64}
-_POLARS_ERRORS = (pl.exceptions.PolarsError, ValueError, OSError, UnicodeDecodeError, OverflowError)
+POLARS_ERRORS = (pl.exceptions.PolarsError, ValueError, OSError, UnicodeDecodeError, OverflowError)
 
 
 def parse_timings(data: bytes, where: str) -> pl.DataFrame:
@@ -30,8 +30,8 @@ def parse_timings(data: bytes, where: str) -> pl.DataFrame:
         raise DataError("empty file", where)
     if data[:4] == PARQUET_MAGIC:
         try:
-            return pl.read_parquet(io.BytesIO(data))
-        except _POLARS_ERRORS as exc:
+            return pl.read_parquet(io.BytesIO(data)).rechunk()  # to_numpy then copies nothing
+        except POLARS_ERRORS as exc:
             raise ParseError(f"unreadable Parquet ({_short(exc)})", where) from None
     if looks_like_csv(data):
         return parse_csv(data, where)
@@ -69,7 +69,7 @@ def parse_csv(data: bytes, where: str, header: str | None = None) -> pl.DataFram
             warnings.simplefilter("ignore", UserWarning)
             df = pl.read_csv(io.BytesIO(body), infer_schema_length=0, truncate_ragged_lines=True,
                              encoding="utf8-lossy", ignore_errors=True, schema_overrides=typed)
-    except _POLARS_ERRORS as exc:
+    except POLARS_ERRORS as exc:
         raise ParseError(f"not a timing CSV ({_short(exc)})", where) from None
     if df.width < 3 and not header:
         line = body[:4096].split(b"\n", 1)[0].decode("utf-8", errors="replace").rstrip("\r")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings as _warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +29,7 @@ from minutiae.analyses.stragglers.table import (
     TOTAL_NAMES,
     is_comm,
     normalise,
+    rising,
 )
 from minutiae.analyses.stragglers.types import Basis
 from minutiae.errors import DataError
@@ -36,7 +37,8 @@ from minutiae.errors import DataError
 #: rank ids are dense axis indices: a 16 M-rank job at most (a rank id of 2**32 allocated 32 GiB)
 MAX_RANK_ID = 1 << 24
 
-__all__ = ["TimingMatrix", "is_comm", "log_times", "prepare", "prepare_steps"]
+__all__ = ["TimingMatrix", "few_ids", "is_comm", "leaves", "log_times", "ms_ranks", "prepare",
+           "prepare_steps", "stage_codes", "steps_only"]
 
 MS_RATIO = (200.0, 5000.0)
 
@@ -81,7 +83,7 @@ def log_times(x: np.ndarray) -> np.ndarray:
     return logx
 
 
-def _few(values: np.ndarray, n: int = 5) -> str:
+def few_ids(values: np.ndarray, n: int = 5) -> str:
     head = ", ".join(str(int(v)) for v in values[:n])
     return head + (f" ... ({values.size} in all)" if values.size > n else "")
 
@@ -96,7 +98,9 @@ def _unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if lo >= 0 and hi < 4 * a.size + 1024:
         present = np.bincount(a) > 0
         index = np.cumsum(present) - 1
-        return np.flatnonzero(present).astype(a.dtype), index[a]
+        # int32 indices when they fit: half the memory of the row-length gather
+        small = index.astype(np.int32) if hi < 1 << 31 else index
+        return np.flatnonzero(present).astype(a.dtype), small[a]
     change = np.empty(a.size, dtype=bool)
     change[0] = True
     np.not_equal(a[1:], a[:-1], out=change[1:])
@@ -121,7 +125,7 @@ def _rank_medians(ri: np.ndarray, sec: np.ndarray, n_r: int) -> np.ndarray:
     return out
 
 
-def _ms_ranks(medians: np.ndarray, ranks: np.ndarray, warnings: list[str]) -> np.ndarray:
+def ms_ranks(medians: np.ndarray, ranks: np.ndarray, warnings: list[str]) -> np.ndarray:
     """Indices of the ranks whose median duration is ~1000x their peers' (taken as
     milliseconds), from each rank's median step total (or median row when no totals)."""
     keep = np.isfinite(medians)
@@ -133,7 +137,7 @@ def _ms_ranks(medians: np.ndarray, ranks: np.ndarray, warnings: list[str]) -> np
     ratio = m / overall
     hit: np.ndarray = np.flatnonzero(keep)[(ratio >= MS_RATIO[0]) & (ratio <= MS_RATIO[1])]
     if hit.size and hit.size < m.size / 2:
-        warnings.append(f"rank(s) {_few(np.sort(ranks[hit]))} report ~1000x their peers' "
+        warnings.append(f"rank(s) {few_ids(np.sort(ranks[hit]))} report ~1000x their peers' "
                         "durations: taken as milliseconds and converted to seconds")
         return hit
     if overall > 3600:
@@ -150,17 +154,83 @@ def _checked_ranks(rank: np.ndarray, where: str) -> np.ndarray:
     return rank
 
 
-def _dense(lin: np.ndarray, sec: np.ndarray, mask: np.ndarray, shape: tuple[int, int],
-           in_order: bool) -> np.ndarray | None:
-    """The (steps, ranks) matrix of the rows in ``mask`` (repeated cells summed, NaN where none)."""
-    if not mask.any():
+def _dense(lin: np.ndarray, sec: np.ndarray, mask: np.ndarray | None, shape: tuple[int, int],
+           in_order: bool, single: bool) -> np.ndarray | None:
+    """The (steps, ranks) matrix of the rows in ``mask`` (None: every row), NaN where none:
+    one row per (step, rank) in order is the column itself; ``single`` (one section name of
+    this kind: no two rows share a cell) a scatter; else repeated cells summed."""
+    if (mask is None and lin.size == 0) or (mask is not None and not mask.any()):
         return None
-    if in_order and mask.all():
+    if in_order and (mask is None or mask.all()):
         return sec.reshape(shape)
+    at, value = (lin, sec) if mask is None else (lin[mask], sec[mask])
     n = shape[0] * shape[1]
-    total = np.bincount(lin[mask], weights=sec[mask], minlength=n)
-    count = np.bincount(lin[mask], minlength=n)
+    if single:
+        out = np.full(n, np.nan)
+        out[at] = value
+        return out.reshape(shape)
+    total = np.bincount(at, weights=value, minlength=n)
+    count = np.bincount(at, minlength=n)
     return np.where(count > 0, total, np.nan).reshape(shape)
+
+
+def _matrices(lin: np.ndarray, sec: np.ndarray, codes: np.ndarray, names: list[str],
+              shape: tuple[int, int]) -> list[np.ndarray | None]:
+    """Float64 (steps, ranks) step totals, compute and collective sections (None: no row of
+    that kind). One row per (step, rank) in step-then-rank order (a logger's or the
+    simulator's file) is the column itself, no scatter (1.75 s of a 10,000 x 2,000 Parquet)."""
+    kinds = np.array([0 if s.lower() in TOTAL_NAMES else (2 if is_comm(s) else 1) for s in names])
+    in_order = lin.size == shape[0] * shape[1] > 0 and int(lin[0]) == 0 and rising(lin) and (
+        int(lin[-1]) == lin.size - 1)
+    if kinds.size == 1:  # every row of one kind, one row per cell: no mask, no kind per row
+        out: list[np.ndarray | None] = [None, None, None]
+        out[int(kinds[0])] = _dense(lin, sec, None, shape, in_order, True)
+        return out
+    kind = kinds[codes] if codes.size else np.zeros(0, int)
+    return [_dense(lin, sec, kind == k, shape, in_order, int((kinds == k).sum()) == 1)
+            for k in (0, 1, 2)]
+
+
+def plain_units(lo: float, hi: float) -> bool:
+    """Whether durations between ``lo`` and ``hi`` leave nothing for ``ms_ranks`` to find:
+    within a factor of 100 of each other no rank's median is 200x the job's, and under an
+    hour the job's median is not. Then no median is computed (10,000 partitions of a rank
+    axis with a gap cost 6 s)."""
+    return hi < 100.0 * lo and hi <= 3600.0
+
+
+def _units(tot: np.ndarray | None, ri: np.ndarray, sec: np.ndarray, ranks: np.ndarray,
+           warnings: list[str]) -> np.ndarray:
+    """``ms_ranks`` from each rank's median step total (median row when no totals)."""
+    values = tot if tot is not None else sec
+    with np.errstate(all="ignore"), _quiet():
+        if plain_units(float(np.nanmin(values)), float(np.nanmax(values))):
+            return np.zeros(0, dtype=np.int64)
+        if tot is None:
+            medians = _rank_medians(ri, sec, ranks.size)
+        else:
+            medians = np.nanmedian(tot, axis=0) if np.isnan(tot).any() else np.median(tot, axis=0)
+    return ms_ranks(medians, ranks, warnings)
+
+
+def _rank_axis(rank: np.ndarray, ranks: np.ndarray | None, warnings: list[str],
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rank axis, each row's index into it and whether its rank is on it; ``ranks`` fixes
+    the axis (streaming)."""
+    if ranks is None:
+        ranks_u, ri = _unique_inverse(rank)
+        ranks_u = ranks_u.astype(np.int64, copy=False)
+        span = int(ranks_u[-1] - ranks_u[0] + 1)
+        if span > ranks_u.size:
+            gaps = np.setdiff1d(np.arange(ranks_u[0], ranks_u[-1] + 1), ranks_u)
+            warnings.append(f"rank(s) {few_ids(gaps)} never reported")
+        return ranks_u, ri, np.ones(rank.size, dtype=bool)
+    ri = np.clip(np.searchsorted(ranks, rank), 0, ranks.size - 1)
+    known = ranks[ri] == rank
+    if not known.all():
+        warnings.append(f"rows of {np.unique(rank[~known]).size} rank(s) unseen during "
+                        "calibration skipped")
+    return ranks, ri, known
 
 
 def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = None,
@@ -169,44 +239,21 @@ def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = No
     ranks are skipped with a warning)."""
     warnings: list[str] = []
     df, codes, names = normalise(df, where, warnings)
-    step = df["step"].to_numpy()
     rank = _checked_ranks(df["rank"].to_numpy(), where)
     sec = df["seconds"].to_numpy().astype(np.float64)
-    steps_u, si = _unique_inverse(step)
-    if ranks is None:
-        ranks_u, ri = _unique_inverse(rank)
-        known = np.ones(rank.size, dtype=bool)
-        span = int(ranks_u[-1] - ranks_u[0] + 1)
-        if span > ranks_u.size:
-            gaps = np.setdiff1d(np.arange(ranks_u[0], ranks_u[-1] + 1), ranks_u)
-            warnings.append(f"rank(s) {_few(gaps)} never reported")
-    else:
-        ranks_u = ranks
-        ri = np.clip(np.searchsorted(ranks_u, rank), 0, ranks_u.size - 1)
-        known = ranks_u[ri] == rank
-        if not known.all():
-            warnings.append(f"rows of {np.unique(rank[~known]).size} rank(s) unseen during "
-                            "calibration skipped")
+    steps_u, si = _unique_inverse(df["step"].to_numpy())
+    steps_u = steps_u.astype(np.int64, copy=False)
+    ranks_u, ri, known = _rank_axis(rank, ranks, warnings)
     n_s, n_r = steps_u.size, ranks_u.size
-    lin = si * n_r + ri
+    lin = si.astype(np.int64)  # each row's cell, computed in place (no row-length temporaries)
+    lin *= n_r
+    lin += ri
+    del si
     if not known.all():
         lin, sec, codes = lin[known], sec[known], codes[known]
-    kinds = np.array([0 if s.lower() in TOTAL_NAMES else (2 if is_comm(s) else 1) for s in names])
-    kind = kinds[codes] if codes.size else np.zeros(0, int)
-    # one row per (step, rank) in step-then-rank order (a logger's or the simulator's file):
-    # the matrix is the column itself, no scatter (1.75 s of a 10,000 x 2,000 Parquet)
-    in_order = lin.size == n_s * n_r > 0 and int(lin[0]) == 0 and bool(
-        (lin[1:] - lin[:-1] == 1).all())
-
-    dense64 = [_dense(lin, sec, kind == k, (n_s, n_r), in_order) for k in (0, 1, 2)]
+    dense64 = _matrices(lin, sec, codes, names, (n_s, n_r))
     # units: a rank reporting ~1000x its peers is in milliseconds (its columns are rescaled)
-    if dense64[0] is not None:
-        tot = dense64[0]
-        with np.errstate(all="ignore"), _quiet():
-            medians = np.nanmedian(tot, axis=0) if np.isnan(tot).any() else np.median(tot, axis=0)
-    else:
-        medians = _rank_medians(ri[known], sec, n_r)
-    ms = _ms_ranks(medians, ranks_u, warnings)
+    ms = _units(dense64[0], ri[known], sec, ranks_u, warnings)
     if ms.size:
         for mat in dense64:
             if mat is not None:
@@ -217,16 +264,17 @@ def prepare(df: pl.DataFrame, where: str, leaf_of: Mapping[str, str] | None = No
         total_m = parts[0] if len(parts) == 1 else np.where(
             np.isnan(parts[0]) | np.isnan(parts[1]), np.nan, parts[0] + parts[1])
     basis = Basis.STEP
-    compute = total_m
-    if comm_m is not None and not (kind == 0).any() and comp_m is None:
+    compute = total_m  # every value > 0 or NaN already: no copy
+    if comm_m is not None and dense64[0] is None and comp_m is None:
         raise DataError("only collective sections were given: need the step total or compute "
                         "sections too", where)
     if comm_m is not None:
-        compute = total_m - comm_m if (kind == 0).any() else comp_m  # type: ignore[assignment]
+        compute = total_m - comm_m if dense64[0] is not None else comp_m  # type: ignore[assignment]
         basis = Basis.COMPUTE
     elif comp_m is not None:
         compute, basis = comp_m, Basis.COMPUTE
-    compute = np.where(compute > 0, compute, np.nan).astype(np.float32)
+    if compute is not total_m:
+        compute = np.where(compute > 0, compute, np.nan).astype(np.float32)
     if ranks is None:
         meta = _meta(df, ri, ranks_u, leaf_of)  # every row is of a known rank here
     else:  # streaming: the analysis keeps the rank metadata from calibration
@@ -259,15 +307,25 @@ def _meta(df: pl.DataFrame, ri: np.ndarray, ranks: np.ndarray, leaf_of: Mapping[
             g = per["gpu"]
             gpu = (g.fill_null(-1) if g.null_count() else g).to_numpy().astype(np.int64)
         if "stage" in cols and per["stage"].null_count() == 0 and per.height == n:
-            values = per["stage"].to_numpy()
-            _, codes = np.unique(values.astype(str) if values.dtype == object else values,
-                                 return_inverse=True)
-            stage = codes.astype(np.int64)
+            stage = stage_codes(per["stage"].to_numpy())
         if "leaf" in cols:
             leaf = per["leaf"].to_list()
-    if leaf_of:
-        leaf = [leaf[i] or (leaf_of.get(node[i] or "") if node[i] else None) for i in range(n)]
-    return tuple(node), gpu, stage, tuple(leaf)
+    return tuple(node), gpu, stage, leaves(node, leaf, leaf_of)
+
+
+def stage_codes(values: np.ndarray) -> np.ndarray:
+    """Each rank's peer group from its stage value (numbers in order, text in text order)."""
+    _, codes = np.unique(values.astype(str) if values.dtype == object else values,
+                         return_inverse=True)
+    return codes.astype(np.int64)
+
+
+def leaves(node: Sequence[str | None], leaf: Sequence[str | None],
+           leaf_of: Mapping[str, str] | None) -> tuple[str | None, ...]:
+    """Each rank's leaf: its own column's, else its node's in ``leaf_of`` (a fleet.csv)."""
+    if not leaf_of:
+        return tuple(leaf)
+    return tuple(lf or (leaf_of.get(nd) if nd else None) for nd, lf in zip(node, leaf, strict=True))
 
 
 def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatrix | None:
@@ -300,11 +358,8 @@ def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatr
         step, ri, sec = step[known], ri[known], sec[known]
     n_r = ranks.size
     if step.size == 0:  # nothing usable in these rows: an empty block carrying the warnings
-        empty = np.zeros((0, n_r), dtype=np.float32)
-        n = (None,) * n_r
-        return TimingMatrix(np.zeros(0, dtype=np.int64), ranks, empty, empty, None, n,
-                            np.full(n_r, -1, dtype=np.int64), None, n, Basis.STEP,
-                            tuple(warnings))
+        return steps_only(np.zeros(0, dtype=np.int64), ranks,
+                          np.zeros((0, n_r), dtype=np.float32), warnings)
     if step.min() == step.max():
         steps_u, si = step[:1], np.zeros(step.size, dtype=np.int64)
     else:
@@ -315,7 +370,14 @@ def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatr
     dup = lin.size - int(np.count_nonzero(np.isfinite(flat)))
     if dup:
         warnings.append(f"{dup} duplicate (step, rank, section) rows: kept the last")
-    total = flat.reshape(steps_u.size, n_r)
-    n = (None,) * n_r
-    return TimingMatrix(steps_u, ranks, total, total, None, n, np.full(n_r, -1, dtype=np.int64),
-                        None, n, Basis.STEP, tuple(warnings))
+    return steps_only(steps_u, ranks, flat.reshape(steps_u.size, n_r), warnings)
+
+
+def steps_only(steps: np.ndarray, ranks: np.ndarray, total: np.ndarray,
+               warnings: list[str]) -> TimingMatrix:
+    """Step totals without sections or rank metadata: ``compute`` is ``total`` itself (each
+    value > 0 or NaN already), no node, GPU, stage or leaf."""
+    n = (None,) * ranks.size
+    return TimingMatrix(steps, ranks, total, total, None, n,
+                        np.full(ranks.size, -1, dtype=np.int64), None, n, Basis.STEP,
+                        tuple(warnings))

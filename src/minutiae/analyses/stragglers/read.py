@@ -1,7 +1,8 @@
 """Reading timing files: whole files, growing files (``--follow``), training logs (several
 files of one job joined) and the simulator's fleet.csv.
 
-The only I/O of the straggler path; everything it returns goes to ``stragglers.parse``.
+With ``ingest`` (a file of the common layout read straight into the matrix), the only I/O of
+the straggler path; everything it returns goes to ``stragglers.parse``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import mmap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import polars as pl
-
 from minutiae.errors import InputError
 from minutiae.inputs import read_bounded
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from minutiae.analyses.stragglers.formats import TrainLog
 
 
@@ -57,6 +58,8 @@ def read_timings(paths: list[Path]) -> tuple[pl.DataFrame, list[str]]:
     """The long timing table of ``paths`` and notes on what was skipped (file:line, count).
     CSV and Parquet files are read as they are; training logs are joined first, so one rank's
     lines in each file still make a per-rank table."""
+    import polars as pl
+
     from minutiae.analyses.stragglers.parse import timings_of
 
     got, notes = read_timings_or_log(paths)
@@ -69,6 +72,8 @@ def read_timings_or_log(paths: list[Path]) -> tuple[pl.DataFrame | TrainLog, lis
     """As :func:`read_timings`, but training logs of a known format that have no per-rank times
     (rank 0's step times, slowest-rank reports) come back as the joined ``TrainLog`` for the
     job-level report (``joblevel.analyse_job``); a log with nothing to report is refused."""
+    import polars as pl
+
     from minutiae.analyses.stragglers.formats.view import per_rank
     from minutiae.analyses.stragglers.parse import (
         PARQUET_MAGIC,

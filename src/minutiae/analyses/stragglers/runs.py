@@ -22,6 +22,7 @@ import polars as pl
 
 from minutiae.analyses.stragglers.analysis import Options, analyse
 from minutiae.analyses.stragglers.prep import prepare
+from minutiae.analyses.stragglers.table import rising
 from minutiae.analyses.stragglers.types import StragglerReport
 
 
@@ -49,16 +50,17 @@ def segment_ids(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     when rows are in step order)."""
     if df.height < 2 or not {"step", "rank"} <= set(df.columns):
         return None
-    step = df["step"].cast(pl.Int64, strict=False).fill_null(-1).to_numpy()
-    rank = df["rank"].cast(pl.Int64, strict=False).fill_null(-1).to_numpy()
-    if bool((np.diff(step) >= 0).all()) and _same_node_throughout(df, rank):
+    step, rank = _ids(df["step"]), _ids(df["rank"])
+    in_order = rising(step, strict=False)
+    if in_order and _same_node_throughout(df, rank):
         return None  # steps never go back (rows in step order) and no rank changes node
     node: np.ndarray | None = None
     if "node" in df.columns:
         node = (df["node"].cast(pl.String).fill_null("").cast(pl.Categorical).to_physical()
                 .to_numpy())
-    if node is None and bool((np.diff(step) >= 0).all()):
+    if node is None and in_order:
         return None
+    step, rank = step.astype(np.int64, copy=False), rank.astype(np.int64, copy=False)
     if "section" in df.columns:  # each (rank, section) is its own sequence of steps
         sec = (df["section"].cast(pl.String).fill_null("").cast(pl.Categorical).to_physical()
                .to_numpy().astype(np.int64))
@@ -85,12 +87,20 @@ def segment_ids(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     return seg, opened
 
 
+def _ids(col: pl.Series) -> np.ndarray:
+    """Integer ids as numpy, -1 where missing or not a number; a column of integers without
+    a null as it is (no 64-bit copy of 20 M rows)."""
+    if col.dtype.is_integer() and col.dtype != pl.UInt64 and not col.null_count():
+        return col.to_numpy()
+    return col.cast(pl.Int64, strict=False).fill_null(-1).to_numpy()
+
+
 def _same_node_throughout(df: pl.DataFrame, rank: np.ndarray) -> bool:
     """Whether every rank's rows name one node, from row hashes (no sort, no categorical):
     each row's hash against its rank's first row's."""
     if "node" not in df.columns:
         return True
-    if rank.min() < 0 or rank.max() > 16 * rank.size + (1 << 20):
+    if int(rank.min()) < 0 or int(rank.max()) > 16 * rank.size + (1 << 20):
         return False
     h = df["node"].hash(seed=0).to_numpy()
     first = np.zeros(int(rank.max()) + 1, dtype=h.dtype)

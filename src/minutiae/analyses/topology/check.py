@@ -79,15 +79,15 @@ def self_check(t: NodeTopology) -> list[Finding]:
             out.append(Finding("ib_port_down", Severity.ERROR, Action.INSPECT,
                                f"{n.name} port {n.port or 1} is {n.state}", pci=n.pci,
                                component=f"ib:{n.name}/{n.port or 1}", rule="self.state"))
-    per: dict[int, int] = {}
+    per: dict[int, list[int]] = {}
     for g in t.gpus:
         if g.numa is not None:
-            per[g.numa] = per.get(g.numa, 0) + 1
-    gpu_numas = set(per)
-    all_numas = set(t.numa_cpus) or gpu_numas
-    if len(all_numas) > 1 and per and (len(set(per.values())) > 1):
+            per.setdefault(g.numa, []).append(g.index)
+    all_numas = set(t.numa_cpus) or set(per)
+    if len(all_numas) > 1 and per and len({len(v) for v in per.values()}) > 1:
         out.append(Finding("numa_unbalanced", Severity.WARNING, Action.NONE,
-                           "GPUs per NUMA node: " + ", ".join(f"node{k}={v}" for k, v in sorted(per.items())),
+                           "GPUs per NUMA node: " + ", ".join(
+                               f"node{k}={len(v)} (GPU{','.join(map(str, v))})" for k, v in sorted(per.items())),
                            component="topology", rule="self.numa"))
     if t.nics:
         far = [p for p in place_gpus(t) if p.nearest_nics and not p.gdr_local]

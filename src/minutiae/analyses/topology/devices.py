@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from minutiae.analyses.topology.placement import place_gpus
 from minutiae.analyses.topology.profile import Value, _pcie
-from minutiae.model.topology import Gpu, Nic, NicKind, NodeTopology
+from minutiae.model.topology import Gpu, Nic, NodeTopology, is_rdma
 
 __all__ = ["culprits"]
 
@@ -21,7 +21,7 @@ def _nic(n: Nic) -> str:
 
 
 def _rdma(t: NodeTopology) -> list[Nic]:
-    return [n for n in t.nics if n.kind is not NicKind.ETHERNET or n.name.startswith("mlx")]
+    return [n for n in t.nics if is_rdma(n)]
 
 
 def _gpus_where(t: NodeTopology, bad: Callable[[Gpu], bool]) -> list[str]:

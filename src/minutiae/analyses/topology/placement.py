@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from minutiae.analyses.topology.parse.topo_json import topology_to_json
-from minutiae.model.topology import Gpu, NodeTopology, PathType
+from minutiae.model.topology import Gpu, NodeTopology, PathType, is_rdma
 
 
 @dataclass(frozen=True, slots=True)
 class GpuPlacement:
     """One GPU's neighbourhood.
 
-    ``nearest_nics``: the NICs with the best path type from this GPU (ties kept, in name
-    order); ``nic_path``: that path type (``UNKNOWN`` when the source has no NIC or no path);
+    ``nearest_nics``: the RDMA-capable NICs (``is_rdma``: a plain network interface such as
+    an ENA is not one) with the best path type from this GPU (ties kept, in name order); ``nic_path``: that path type (``UNKNOWN`` when the source has no NIC or no path);
     ``gdr_local``: the path is PXB or better, i.e. GPUDirect RDMA stays below the CPU (NCCL's
     default ``NCCL_NET_GDR_LEVEL``). ``numa``/``cpus``: the GPU's NUMA node and local CPUs (the
     GPU's own affinity, else its NUMA node's CPU list). ``nearest_nvme``/``nvme_path`` likewise
@@ -68,8 +68,13 @@ def _best(gpu: Gpu, devices: list[tuple[str, int | None]],
     return tuple(sorted(names)), best_path
 
 
+def nearest(t: NodeTopology, gpu: Gpu, names: set[str]) -> tuple[tuple[str, ...], PathType]:
+    """The NICs among ``names`` with the best path from ``gpu``, and that path type."""
+    return _best(gpu, [(n.name, n.numa) for n in t.nics if n.name in names], t.gpu_nic)
+
+
 def place_gpus(t: NodeTopology) -> tuple[GpuPlacement, ...]:
-    nics = [(n.name, n.numa) for n in t.nics]
+    nics = [(n.name, n.numa) for n in t.nics if is_rdma(n)]
     nvmes = [(d.name, d.numa) for d in t.nvmes]
     out = []
     for g in t.gpus:

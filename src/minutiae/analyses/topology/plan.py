@@ -30,9 +30,9 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from minutiae.analyses.topology.placement import GpuPlacement, place_gpus
+from minutiae.analyses.topology.placement import GpuPlacement, nearest, place_gpus
 from minutiae.errors import ConfigError
-from minutiae.model.topology import Nic, NicKind, NodeTopology, PathType, format_cpulist
+from minutiae.model.topology import Nic, NicKind, NodeTopology, PathType, format_cpulist, is_rdma
 
 _PCI_NAME = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
@@ -67,7 +67,8 @@ class RankBinding:
 @dataclass(frozen=True, slots=True)
 class BindingPlan:
     """The plan; ``env``: variables every rank gets; ``reserved`` CPUs are left to system
-    services (see the systemd output); ``warnings`` say what the plan could not do and why."""
+    services (see the systemd output); ``warnings`` say what the plan could not do and why;
+    ``notes`` what a variable is for or what the source's view may miss."""
 
     ranks: tuple[RankBinding, ...]
     reserved: tuple[int, ...]
@@ -75,6 +76,7 @@ class BindingPlan:
     transport: Transport
     env: tuple[tuple[str, str], ...]
     warnings: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def gpus(self) -> tuple[int, ...]:
@@ -86,7 +88,7 @@ class BindingPlan:
 
     def to_json(self) -> dict[str, object]:
         return {"transport": self.transport.value, "reserved": list(self.reserved),
-                "env": dict(self.env), "warnings": list(self.warnings),
+                "env": dict(self.env), "warnings": list(self.warnings), "notes": list(self.notes),
                 "ranks": [{"local_rank": r.local_rank, "gpu": r.gpu, "cuda_device": r.local_rank,
                            "cpus": None if r.cpus is None else list(r.cpus), "mems": list(r.mems),
                            "nics": list(r.nics), "nic_path": r.nic_path.value, "nvme": r.nvme,
@@ -103,12 +105,20 @@ def _runs(cpus: tuple[int, ...]) -> list[list[int]]:
     return runs
 
 
+def _sibling_runs(runs: list[list[int]]) -> bool:
+    """Runs that look like hyper-thread sibling blocks (``0-51,104-155``): several runs of one
+    length above 1. Interleaved numbering (NUMA 0 = the even CPUs) has runs of one CPU: no
+    sibling is told by the numbering there."""
+    return len(runs) > 1 and len({len(r) for r in runs}) == 1 and len(runs[0]) > 1
+
+
 def split_cpus(cpus: tuple[int, ...], parts: int) -> list[tuple[int, ...]]:
-    """Split a CPU list into ``parts`` disjoint, near-equal slices (sibling runs kept aligned)."""
+    """Split a CPU list into ``parts`` disjoint, near-equal slices, none empty when there are
+    at least ``parts`` CPUs (sibling runs kept aligned when each run has a CPU for every part)."""
     if parts <= 0:
         return []
     runs = _runs(tuple(sorted(cpus)))
-    aligned = len(runs) > 1 and len({len(r) for r in runs}) == 1
+    aligned = _sibling_runs(runs) and len(runs[0]) >= parts
     sources = runs if aligned else [sorted(cpus)]
     out: list[list[int]] = [[] for _ in range(parts)]
     for run in sources:
@@ -132,7 +142,7 @@ def default_reserved(t: NodeTopology) -> tuple[int, ...]:
         if not runs:
             continue
         out.add(runs[0][0])
-        if len(runs) > 1 and len({len(r) for r in runs}) == 1:
+        if _sibling_runs(runs):
             out.add(runs[1][0])
     return tuple(sorted(out))
 
@@ -176,21 +186,30 @@ def _kind_transport(nics: list[Nic]) -> Transport:
     return Transport.IB if rdma else Transport.UNKNOWN
 
 
-def _local_nics(pl: GpuPlacement, t: NodeTopology, warnings: list[str],
-                unnamed: list[str]) -> tuple[str, ...]:
+#: the NIC kinds each transport can use (UNKNOWN: the source does not say, the user chose)
+_FITS = {Transport.EFA: {NicKind.EFA, NicKind.UNKNOWN},
+         Transport.IB: {NicKind.INFINIBAND, NicKind.ETHERNET, NicKind.UNKNOWN}}
+
+
+def _fits(n: Nic, tr: Transport) -> bool:
+    return is_rdma(n) and n.kind in _FITS.get(tr, set(NicKind))
+
+
+def _local_nics(gpu: int, near: tuple[tuple[str, ...], PathType], t: NodeTopology,
+                warnings: list[str], unnamed: list[str]) -> tuple[str, ...]:
     """The GPU's nearest NICs within PXB that have a device name (never a PCI id or a column
     label); warnings say why a GPU has none."""
-    if not pl.nearest_nics:
+    names, path = near
+    if not names:
         return ()
-    if not pl.gdr_local:
-        warnings.append(f"GPU{pl.gpu.index}: no NIC within PXB (nearest {', '.join(pl.nearest_nics)} "
-                        f"via {pl.nic_path.value}); GPUDirect RDMA would cross the CPU, so no NIC "
-                        "of this GPU is listed for NCCL")
+    if not path.gdr_local:
+        warnings.append(f"GPU{gpu}: no NIC within PXB (nearest {', '.join(names)} via {path.value}); "
+                        "GPUDirect RDMA would cross the CPU, so no NIC of this GPU is listed for NCCL")
         return ()
-    named = tuple(x for x in pl.nearest_nics if not _PCI_NAME.match(x) and not _label(x, t))
+    named = tuple(x for x in names if not _PCI_NAME.match(x) and not _label(x, t))
     if not named:  # said only when the transport needs names (IB/RoCE; aws-ofi-nccl does not)
-        unnamed.append(f"GPU{pl.gpu.index}: nearest NIC(s) {', '.join(pl.nearest_nics)} have no "
-                       "RDMA device name in this source; NCCL_IB_HCA/UCX_NET_DEVICES left out")
+        unnamed.append(f"GPU{gpu}: nearest NIC(s) {', '.join(names)} have no RDMA device name in "
+                       "this source; NCCL_IB_HCA/UCX_NET_DEVICES left out")
     return named
 
 
@@ -199,12 +218,12 @@ def _label(name: str, t: NodeTopology) -> bool:
     return t.source.startswith("nvidia-smi") and re.fullmatch(r"NIC\d+", name) is not None
 
 
-def _transport(t: NodeTopology, named: set[str], forced: Transport | None,
+def _transport(t: NodeTopology, local: list[Nic], forced: Transport | None,
                warnings: list[str]) -> Transport:
+    """The transport given, else the one the planned GPUs' nearest NICs' stated kinds tell."""
     if forced is not None:
         return forced
-    local = [n for n in t.nics if n.name in named]
-    tr = _kind_transport(local or list(t.nics))
+    tr = _kind_transport(local or [n for n in t.nics if is_rdma(n)])
     if tr is Transport.UNKNOWN and t.nics:
         kinds = sorted({n.kind.value for n in (local or t.nics)})
         warnings.append(f"the NICs' transport is not in this source (kind {', '.join(kinds)}): "
@@ -215,10 +234,30 @@ def _transport(t: NodeTopology, named: set[str], forced: Transport | None,
     return tr
 
 
+#: what the EFA variables are for (aws-ofi-nccl doc/efa-env-var.md, "EFA Cheatsheet")
+EFA_NOTE = ("EFA: FI_PROVIDER=efa is needed with aws-ofi-nccl <= 1.5 and FI_EFA_USE_DEVICE_RDMA=1 "
+            "with aws-ofi-nccl < 1.7 (libfabric < 1.18) on instances with GPUDirect RDMA (p4, p5); "
+            "later versions need neither and both are harmless there (aws-ofi-nccl "
+            "doc/efa-env-var.md). aws-ofi-nccl picks each GPU's EFA devices itself; NCCL_PROTO="
+            "simple (aws-ofi-nccl <= 1.5 only) is not set")
+
+
+def _efa_env(t: NodeTopology, near: list[tuple[tuple[str, ...], PathType]],
+             warnings: list[str]) -> list[tuple[str, str]]:
+    """``FI_PROVIDER=efa``, and ``FI_EFA_USE_DEVICE_RDMA=1`` only when every planned GPU has an
+    EFA device within PXB that the source does not say lacks GPUDirect RDMA (set on an EFA
+    without it, libfabric is told to use what the device cannot do)."""
+    nics = {n.name: n for n in t.nics}
+    gdr = all(path.gdr_local and names and all(nics[x].gdr is not False for x in names)
+              for names, path in near)
+    if not gdr:
+        warnings.append("EFA: not every planned GPU has an EFA device within PXB with GPUDirect "
+                        "RDMA in this source; FI_EFA_USE_DEVICE_RDMA left out")
+    return [("FI_PROVIDER", "efa")] + ([("FI_EFA_USE_DEVICE_RDMA", "1")] if gdr else [])
+
+
 def _net_env(t: NodeTopology, tr: Transport, nics: tuple[str, ...],
              warnings: list[str]) -> list[tuple[str, str]]:
-    if tr is Transport.EFA:
-        return [("FI_PROVIDER", "efa"), ("FI_EFA_USE_DEVICE_RDMA", "1")]
     if tr is Transport.TCP:
         ifs = sorted({n.netdev for n in t.nics if n.netdev})
         if not ifs:
@@ -230,6 +269,43 @@ def _net_env(t: NodeTopology, tr: Transport, nics: tuple[str, ...],
         return [("NCCL_IB_HCA", "=" + ",".join(nics)),
                 ("UCX_NET_DEVICES", ",".join(f"{n}:{ports.get(n, 1)}" for n in nics))]
     return []
+
+
+#: the CPU caveat of a static NCCL topology file
+NCCL_FILE_NOTE = ("CPU and NUMA placement from an NCCL topology file: a file shipped for an "
+                  "instance type gives NCCL's view, which need not be the machine's (aws-ofi-nccl's "
+                  "p5.48xl file puts all eight GPUs under one CPU, affinity 0-47, on a two-socket "
+                  "instance); for CPU and memory binding plan from the node (sysfs) or from an "
+                  "NCCL_TOPO_DUMP_FILE written on it")
+
+
+def _network(t: NodeTopology, chosen: list[GpuPlacement], transport: Transport | None,
+             per_rank_nics: bool, warnings: list[str]
+             ) -> tuple[Transport, list[PathType], list[tuple[str, ...]], list[tuple[str, str]],
+                        list[tuple[tuple[str, str], ...]]]:
+    """(transport, each rank's path to its NIC, each rank's NICs, the job's network variables,
+    each rank's own ones). Each GPU's NICs are its nearest ones among those the transport can
+    use (an EFA device is no InfiniBand HCA, nor the reverse)."""
+    local = [n for pl in chosen if pl.gdr_local for x in pl.nearest_nics if (n := t.nic(x)) is not None]
+    tr = _transport(t, local, transport, warnings)
+    allowed = {n.name for n in t.nics if _fits(n, tr)}
+    near = [nearest(t, pl.gpu, allowed) for pl in chosen]
+    unnamed: list[str] = []
+    quiet: list[str] = []  # TCP does not go through these NICs: nothing to warn about
+    nics_of = [_local_nics(pl.gpu.index, nr, t, quiet if tr is Transport.TCP else warnings, unnamed)
+               for pl, nr in zip(chosen, near, strict=True)]
+    if tr is Transport.IB:
+        warnings += unnamed
+    union = tuple(sorted({x for ns in nics_of for x in ns}))
+    env: list[tuple[str, str]] = []
+    own: list[tuple[tuple[str, str], ...]] = [() for _ in chosen]
+    if tr is Transport.EFA:
+        env = _efa_env(t, near, warnings)
+    elif per_rank_nics and tr is Transport.IB:
+        own = [tuple(_net_env(t, tr, ns, [])) for ns in nics_of]
+    else:
+        env = _net_env(t, tr, union, warnings)
+    return tr, [path for _, path in near], nics_of, env, own
 
 
 def make_plan(t: NodeTopology, ranks: int | None = None, reserved: tuple[int, ...] | None = None,
@@ -246,27 +322,19 @@ def make_plan(t: NodeTopology, ranks: int | None = None, reserved: tuple[int, ..
     warnings: list[str] = []
     chosen = list(placements[:n])
     cpus_of = _cpus(chosen, res, warnings)
-    unnamed: list[str] = []
-    nics_of = [_local_nics(pl, t, warnings, unnamed) for pl in chosen]
-    union = tuple(sorted({x for ns in nics_of for x in ns}))
-    local = {x for pl in chosen if pl.gdr_local for x in pl.nearest_nics}
-    tr = _transport(t, set(union) or local, transport, warnings)
-    if tr is Transport.IB:
-        warnings += unnamed
+    tr, paths, nics_of, net, own = _network(t, chosen, transport, per_rank_nics, warnings)
     gpus = ",".join(str(pl.gpu.index) for pl in chosen)
-    env = [("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("CUDA_VISIBLE_DEVICES", gpus)]
-    if not per_rank_nics or tr is not Transport.IB:
-        env += _net_env(t, tr, union, warnings)
-    out = []
-    for r, pl in enumerate(chosen):
-        own = tuple(_net_env(t, tr, nics_of[r], [])) if per_rank_nics and tr is Transport.IB else ()
-        out.append(RankBinding(
-            local_rank=r, gpu=pl.gpu.index, cpus=cpus_of[r],
-            mems=(pl.numa,) if pl.numa is not None else (), nics=nics_of[r], nic_path=pl.nic_path,
-            nvme=pl.nearest_nvme[0] if pl.nearest_nvme else None, env=own))
+    env = [("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("CUDA_VISIBLE_DEVICES", gpus), *net]
+    out = tuple(RankBinding(
+        local_rank=r, gpu=pl.gpu.index, cpus=cpus_of[r],
+        mems=(pl.numa,) if pl.numa is not None else (), nics=nics_of[r], nic_path=paths[r],
+        nvme=pl.nearest_nvme[0] if pl.nearest_nvme else None, env=own[r])
+        for r, pl in enumerate(chosen))
     all_cpus = tuple(sorted({c for cpus in t.numa_cpus.values() for c in cpus}
                             | {c for g in t.gpus for c in g.cpus}))
     if res and all_cpus and not set(res) <= set(all_cpus):
         warnings.append(f"reserved CPUs {format_cpulist(set(res) - set(all_cpus))} are not on this node")
-    return BindingPlan(ranks=tuple(out), reserved=res, all_cpus=all_cpus, transport=tr,
-                       env=tuple(env), warnings=tuple(dict.fromkeys(warnings)))
+    notes = ([EFA_NOTE] if tr is Transport.EFA else []) + (
+        [NCCL_FILE_NOTE] if t.source.startswith("nccl") and any(r.cpus for r in out) else [])
+    return BindingPlan(ranks=out, reserved=res, all_cpus=all_cpus, transport=tr, env=tuple(env),
+                       warnings=tuple(dict.fromkeys(warnings)), notes=tuple(notes))

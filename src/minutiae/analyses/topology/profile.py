@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from minutiae.analyses.topology.placement import place_gpus
 from minutiae.errors import ConfigError
-from minutiae.model.topology import NicKind, NodeTopology
+from minutiae.model.topology import NicKind, NodeTopology, is_rdma
 
 Value = str | int | float | bool
 
@@ -107,7 +107,7 @@ def _gpu_fp(t: NodeTopology, fp: dict[str, Value]) -> None:
 
 
 def _nic_fp(t: NodeTopology, fp: dict[str, Value]) -> None:
-    rdma = [n for n in t.nics if n.kind is not NicKind.ETHERNET or n.name.startswith("mlx")]
+    rdma = [n for n in t.nics if is_rdma(n)]
     if t.source != "nvidia-smi-topo" or t.nics:
         fp["nics.count"] = len(rdma)
     if rdma:

@@ -61,6 +61,7 @@ def _header(plan: BindingPlan) -> list[str]:
         lines.append(f"#   rank {r.local_rank}: GPU{r.gpu} cpus={cpus} mem={_mems(r) or '-'} "
                      f"nic={','.join(r.nics) or '-'} ({r.nic_path.value}) nvme={r.nvme or '-'}")
     lines += [f"# warning: {w}" for w in plan.warnings]
+    lines += [f"# note: {w}" for w in plan.notes]
     return lines
 
 
@@ -108,9 +109,15 @@ def _slurm(plan: BindingPlan) -> list[str]:
     and no mask is ever empty."""
     direct = all(r.cpus is not None and r.mems for r in plan.ranks)
     lines = [
-        "# every task sees the plan's GPUs (--gpu-bind=none; CUDA_VISIBLE_DEVICES set below, "
-        "after Slurm's own) and uses cuda:$SLURM_LOCALID; assumes the step holds these GPUs "
-        f"(e.g. --gres=gpu:{len(plan.ranks)} or --exclusive)"]
+        "# GPUs: --gpu-bind=none, so every task sees all of the step's GPUs; CUDA_VISIBLE_DEVICES "
+        f"(set below, over Slurm's own) lists the plan's GPUs {','.join(map(str, plan.gpus))} by "
+        "the node's indices in PCI bus order (CUDA_DEVICE_ORDER=PCI_BUS_ID), and task "
+        "$SLURM_LOCALID uses cuda:$SLURM_LOCALID.",
+        "# Run it in a whole-node allocation (sbatch/salloc --exclusive, or --gres=gpu:<all the "
+        "node's GPUs>): with ConstrainDevices=yes Slurm and CUDA number the step's GPUs from 0 "
+        "(srun(1), --gpu-bind), which are the node's indices only when the step holds them all, "
+        "and srun honours explicit CPU masks only when the step holds every CPU of the node "
+        "(srun(1), --cpu-bind). --cpu-bind/--mem-bind need TaskPlugin=task/affinity."]
     if direct:
         cpu = "mask_cpu:" + ",".join(format_hexmask(r.cpus or ()) for r in plan.ranks)
         mem = "map_mem:" + ",".join(str(r.mems[0]) for r in plan.ranks)

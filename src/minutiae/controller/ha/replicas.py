@@ -1,5 +1,5 @@
 """What a replica does beside the leader election: read the reports the other replicas took
-(every replica ingests; PostgreSQL's ``nodes.seq``), and claim a pending audit row under the
+(every replica ingests; PostgreSQL's ``nodes.seq``, bodies only for what changed), and claim a pending audit row under the
 current epoch before finishing it (so two leaders never both finish one row)."""
 
 from __future__ import annotations
@@ -19,14 +19,19 @@ __all__ = ["claim", "fenced_batch", "pull_reports"]
 def pull_reports(store: ControllerStore, intake: Intake, lock: threading.Lock, cursor: int,
                  problem: Callable[[str], None]) -> int:
     """Load into ``intake`` the reports other replicas stored after ``cursor`` and that are
-    newer than the one kept here; returns the next cursor (unchanged when the store failed)."""
+    newer than the one kept here; returns the next cursor (unchanged when the store failed).
+    A row whose digest is the one we hold (a heartbeat, or the same report) only re-dates
+    ours; only the others' bodies are read and parsed."""
     try:
-        rows, nxt = store.reports_since(cursor)
+        metas, nxt = store.reports_since(cursor)
+        with lock:
+            have, digests = intake.reports, intake.digests
+            need = [n for n, t, d in metas if ((p := have.get(n)) is None or p.time < t)
+                    and not (d is not None and digests.get(n) == d and intake.redate(n, t))]
+        rows = store.report_bodies(need) if need else []
     except StoreError as exc:
         problem(f"could not read the other replicas' reports: {exc}")
         return cursor
-    if not rows:
-        return nxt
     with lock:
         have = intake.reports
         fresh = [r for r in rows if (p := have.get(r[0])) is None or p.time < r[1]]

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 
 from minutiae import __version__
 from minutiae.controller.http import actions, jobs, metrics, reads, reports, slack, ui
+from minutiae.controller.http.acks import Acks
 from minutiae.controller.http.agent_tokens import AgentTokens
 from minutiae.controller.http.fastpath import (
     FastPath,
@@ -91,8 +92,9 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
              agent_tokens: AgentTokens | None = None) -> ControllerApp:
     """The app. With ``loop_interval`` the reconcile loop runs in a thread for the app's life."""
     m = Metrics()
+    acks = Acks(controller.committer)   # reports are answered once stored
     app = ControllerApp(title="minutiae controller", version=__version__,
-                        lifespan=lifespan_for(controller, loop_interval),
+                        lifespan=lifespan_for(controller, loop_interval, acks),
                         description="Fleet health reports in, safe drains/resumes out. "
                                     "See docs/controller.md.")
 
@@ -101,7 +103,7 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
         m.refuse(type(exc).__name__)
         return JSONResponse({"detail": str(exc)}, status_code=status_for(exc))
 
-    hot = reports.handlers(controller, m)
+    hot = reports.handlers(controller, m, acks)
     # the hot path: token, body limit, validation and ingest without the framework's routing
     app.fast = FastPath(app.framework, token=token, max_body=MAX_BODY, handlers=hot,
                         refused=m.refuse, only_node=only_node,
@@ -111,7 +113,7 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
               actions.router(controller, auth),
               reads.router(controller, [Depends(bearer_auth(token, m, read_token))]
                            if read_token else ()),
-              metrics.router(controller, m), ui.router(controller, token, m.refuse),
+              metrics.router(controller, m), ui.router(controller, token, m.refuse, read_token),
               slack.router(controller, m.refuse)):
         app.include_router(r)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -12,8 +12,9 @@ guarantees, then hands every other request to FastAPI unchanged:
   checked by ``minutiae.controller.wire.check_json`` before anything parses it: too deep,
   ``NaN``/``Infinity`` or an out-of-range number is a ``422``;
 - bearer token compared in constant time (``401`` with ``WWW-Authenticate``);
-- the handler validates (``minutiae.controller.wire``) and ingests; a ``MinutiaeError`` is a
-  ``422`` naming the field (``409`` for :class:`Conflict`), never a traceback.
+- the handler validates (``minutiae.controller.wire``), ingests and waits for the store; a
+  ``MinutiaeError`` is a ``422`` naming the field (``409`` for :class:`Conflict`, ``503`` for
+  a store that could not take the report), never a traceback.
 
 The FastAPI routes for the same paths stay registered, so ``/openapi.json`` and ``/docs``
 still describe them (and they call the same handlers).
@@ -36,7 +37,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 #: a hot endpoint: the raw body in, (HTTP status, JSON-able answer) out; may raise MinutiaeError
-Handler = Callable[[bytes], tuple[int, Any]]
+Handler = Callable[[bytes], Awaitable[tuple[int, Any]]]
 
 _JSON = [(b"content-type", b"application/json")]
 #: seconds a request body may take to arrive (a client that sends headers, then stalls)
@@ -129,7 +130,7 @@ class FastPath:
             check_json(body)
             if node is not None and self.only_node is not None:
                 self.only_node(body, node)
-            code, out = handler(body)
+            code, out = await handler(body)
         except _Refused as exc:
             self.refused(exc.label)
             await _answer(send, exc.code, {"detail": str(exc)})

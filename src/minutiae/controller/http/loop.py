@@ -1,7 +1,9 @@
-"""The reconcile loop thread and the app's lifespan that runs it."""
+"""The reconcile loop thread, the report writer thread (acknowledge after store) and the
+app's lifespan that runs them."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import threading
 import time
@@ -10,6 +12,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 
+from minutiae.controller.http.acks import Acks
 from minutiae.controller.service import Controller
 
 MIN_GAP_S = 0.05
@@ -46,15 +49,20 @@ def run_loop(controller: Controller, loop_interval: float, stop: threading.Event
         gc.freeze()
 
 
-def lifespan_for(controller: Controller, loop_interval: float | None
+def lifespan_for(controller: Controller, loop_interval: float | None, acks: Acks
                  ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """The app's lifespan: with ``loop_interval`` it retries pending actions and runs the
-    reconcile loop in a thread for the app's life."""
+    """The app's lifespan: the report writer thread (reports are answered once it stored
+    them), and with ``loop_interval`` the pending actions retried and the reconcile loop in a
+    thread, for the app's life."""
     stop = threading.Event()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         t = None
+        w = threading.Thread(target=controller.committer.run, args=(stop,),
+                             name="minutiae-report-writer", daemon=True)
+        acks.bind(asyncio.get_running_loop())
+        w.start()
         if loop_interval is not None:
             controller.retry_pending()
             t = threading.Thread(target=run_loop, args=(controller, loop_interval, stop),
@@ -63,7 +71,11 @@ def lifespan_for(controller: Controller, loop_interval: float | None
         yield
         stop.set()
         controller.wake.set()
-        if t is not None:
-            t.join(timeout=10)
+        controller.committer.wake.set()
+        for th in (t, w):
+            if th is not None:
+                th.join(timeout=10)
+        acks.bind(None)
+        controller.committer.commit()   # what came in last is stored before we exit
 
     return lifespan

@@ -8,10 +8,15 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from minutiae.controller.service import Controller
 from minutiae.controller.state import Decision, Verb
+
+#: seconds; a report is validated and kept in memory in ~0.1 ms (written behind, per step)
+INGEST_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.25)
+#: seconds from the node's report to the decision sent to the scheduler (a step is event-driven)
+DECISION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
 @dataclass
@@ -51,32 +56,57 @@ class Metrics:
                                 registry=reg)
         self.decisions = Counter("minutiae_controller_decisions", "Decisions made (holds "
                                  "included)", ["verb", "rule"], registry=reg)
+        self.sched_up = Gauge("minutiae_controller_scheduler_up", "1 if the scheduler answered "
+                              "the last read of node states, else 0", ["scheduler"], registry=reg)
+        self.ingest = Histogram("minutiae_controller_ingest_duration_seconds",
+                                "Time to validate and keep one agent report",
+                                buckets=INGEST_BUCKETS, registry=reg)
+        self.latency = Histogram("minutiae_controller_decision_latency_seconds",
+                                 "The node's last report received -> decision sent to the "
+                                 "scheduler", ["verb"], buckets=DECISION_BUCKETS, registry=reg)
 
     def refuse(self, why: str) -> None:
         self.refused.labels(why).inc()
 
 
+_TIMED = (Verb.DRAIN, Verb.RESUME, Verb.ESCALATE)
+
+
 @dataclass
 class DecisionCounter:
-    """A notifier that counts every new decision (``minutiae_controller_decisions_total``)."""
+    """A notifier that counts every new decision (``minutiae_controller_decisions_total``) and
+    times those sent to the scheduler from the node's last report
+    (``minutiae_controller_decision_latency_seconds``; notifiers run after the actions)."""
 
     m: Metrics
+    controller: Controller
 
     def notify(self, decisions: Sequence[Decision], alerts: Sequence[str] = ()) -> None:
+        now = self.controller.clock.now()
+        reports = self.controller.intake.reports
         for d in decisions:
             self.m.decisions.labels(d.action.value,
                                     "" if d.action is Verb.RESUME else d.rule).inc()
+            rep = reports.get(d.node)
+            if d.action in _TIMED and rep is not None:
+                self.m.latency.labels(d.action.value).observe(max(0.0, now - rep.time))
 
 
 def fleet_gauges(controller: Controller, m: Metrics, st: dict[str, Any]) -> None:
     """The METRICS.md gauges from ``status()`` (``role`` when the controller says it)."""
     pause = controller.memory.pause
-    m.breaker.clear()
+    m.breaker.clear()   # one series: the reason while tripped, reason="" and 0 when armed
     if pause is not None and pause.by == "breaker":
         m.breaker.labels(pause.reason).set(1)
+    else:
+        m.breaker.labels("").set(0)
     human = pause is not None and pause.by != "breaker"
     m.paused_s.set(max(0.0, controller.clock.now() - pause.since) if human and pause else 0.0)
     m.leader.set(0 if st.get("role", "leader") != "leader" else 1)
+    up = st["counters"].get("scheduler_up")
+    m.sched_up.clear()
+    if up is not None:
+        m.sched_up.labels(controller.backend.name).set(1 if up else 0)
     m.silent.set(st["silent"])
     m.unavailable.set(st["unavailable"] + st["silent"])
     frac = controller.policy.budget.max_unavailable_fraction
@@ -85,7 +115,7 @@ def fleet_gauges(controller: Controller, m: Metrics, st: dict[str, Any]) -> None
 
 def router(controller: Controller, m: Metrics) -> APIRouter:
     r = APIRouter()
-    controller.notifiers.append(DecisionCounter(m))
+    controller.notifiers.append(DecisionCounter(m, controller))
 
     @r.get("/metrics", include_in_schema=False)
     async def metrics() -> PlainTextResponse:

@@ -10,9 +10,12 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from minutiae.schedulers.base import NOTHING_TO_UNDO
+
 PAGE = 20_000
 _RANGE = re.compile(r"^([^\[\]]*)\[([0-9,\-]+)\]([^\[\]]*)$")
 GROUPS = ("rack", "leaf", "nvl_domain", "none")
+_PREFIX = re.compile(r"^minutiae(\[[^\]]*\])?:\s*")   # a scheduler reason's owner prefix
 
 
 def esc(x: object) -> str:
@@ -21,7 +24,7 @@ def esc(x: object) -> str:
 
 def expand_hostlist(expr: str, limit: int = 100_000) -> set[str] | None:
     """``gpu[001-003,007],cpu1`` → the names; None when ``expr`` is not a hostlist with a range
-    (a plain substring search then applies)."""
+    or names over ``limit`` nodes in all (a plain substring search then applies)."""
     out: set[str] = set()
     ranged = False
     for part in re.split(r",(?![^\[]*\])", expr.strip()):
@@ -37,7 +40,7 @@ def expand_hostlist(expr: str, limit: int = 100_000) -> set[str] | None:
             if not a.isdigit() or (b and not b.isdigit()):
                 return None
             lo, hi = int(a), int(b or a)
-            if hi - lo > limit:
+            if hi - lo + len(out) > limit:   # bounded: the whole expression, not each range
                 return None
             out.update(f"{pre}{i:0{len(a)}d}{post}" for i in range(lo, hi + 1))
     return out if ranged else None
@@ -111,17 +114,19 @@ def status_bar(st: Mapping[str, Any], authed: bool) -> str:
         bits.append(f'<span class="badge" id="role">{esc(st["role"])} · epoch '
                     f'{esc(st.get("epoch"))}{lead}</span>')
     if st.get("dry_run"):
-        bits.append('<span class="badge warn">dry-run</span>')
+        bits.append('<span class="badge warn" title="decides and audits, never touches the '
+                    'scheduler">dry-run</span>')
     p = st.get("paused")
     if p:
         what = "breaker tripped" if p.get("by") == "breaker" else "paused"
-        bits.append(f'<span class="badge bad" id="paused">{what}: {esc(p["reason"])} '
+        reason = _PREFIX.sub("", str(p["reason"]))
+        bits.append(f'<span class="badge bad" id="paused">{what}: {esc(reason)} '
                     f'(since {_when(p.get("since"))})</span>')
         if authed:
             bits.append('<button hx-post="/ui/actions/unpause" hx-target="#status" '
                         'id="unpause">unpause</button>')
     else:
-        bits.append('<span class="badge ok" id="paused">acting</span>')
+        bits.append('<span class="badge ok" id="paused">not paused</span>')
         if authed:
             bits.append('<form class="inline" hx-post="/ui/actions/pause" hx-target="#status">'
                         '<input name="reason" placeholder="pause reason" size="16"> '
@@ -137,7 +142,9 @@ def node_panel(ex: Mapping[str, Any], authed: bool) -> str:
     hold = ex.get("last_hold") or {}
     ev = ex.get("current_evidence") or last.get("evidence") or []
     budget = (last or hold).get("budget") or {}
-    out = [f'<h2 id="node-name">{node}</h2>', f'<p id="why">{esc(ex["why"])}</p>',
+    out = [f'<div hx-get="/ui/fragments/node/{node}" hx-target="#node" '
+           """hx-trigger="every 10s [uiIdle('#node')]"></div>""",
+           f'<h2 id="node-name">{node}</h2>', f'<p id="why">{esc(ex["why"])}</p>',
            f'<p>health <b>{esc(ex.get("health"))}</b> · scheduler <b>{esc(st.get("sched"))}</b>'
            f' · rule <b id="rule">{esc(last.get("rule") or st.get("rule"))}</b></p>',
            f'<p>budget: {esc(budget.get("check"))} {esc(budget.get("detail"))}</p>',
@@ -145,19 +152,38 @@ def node_panel(ex: Mapping[str, Any], authed: bool) -> str:
            f'<pre id="evidence">{esc(chr(10).join(map(str, ev)) or "(none)")}</pre>']
     if ex.get("undo"):
         out.append(f'<p>undo: <code>{esc(ex["undo"])}</code></p>')
-    if authed:
-        out.append(f'<form hx-post="/ui/actions/resolve/{node}" hx-target="#node">'
-                   '<input name="reason" placeholder="what was done (required)" size="26"> '
-                   '<label><input type="checkbox" name="now" value="1"> resume now</label> '
-                   '<button id="resolve">resolve</button></form>')
-    else:
-        out.append("<p><i>log in with the token to resolve</i></p>")
+    out.append(_node_actions(ex) if authed else "<p><i>log in with the token to act</i></p>")
     out.append("<h3>History</h3>" + audit_table(ex.get("history", []), limit=20))
     return "".join(out)
 
 
-def resolved(out: Mapping[str, Any]) -> str:
-    return (f'<p class="badge ok">resolved {esc(out["node"])}: resumed '
+def _node_actions(ex: Mapping[str, Any]) -> str:
+    """Resolve, drain (when in service) and undo (of our last drain or resume) forms."""
+    node = esc(ex["node"])
+    sched = (ex.get("state") or {}).get("sched")
+    last = (ex.get("last_action") or {}).get("action")
+    out = [f'<form hx-post="/ui/actions/resolve/{node}" hx-target="#node">'
+           '<input name="reason" placeholder="what was done (required)" size="26" '
+           'aria-label="resolve reason"> <label><input type="checkbox" name="now" value="1"> '
+           'resume now</label> <button id="resolve">resolve</button></form>']
+    if sched in ("available", None):
+        out.append(f'<form hx-post="/ui/actions/drain/{node}" hx-target="#node">'
+                   '<input name="reason" placeholder="why drain it (required)" size="26" '
+                   'aria-label="drain reason"> <button id="drain">drain</button></form>')
+    undo = {"drain": "undo the drain: resume now", "resume": "undo the resume: drain again"}
+    if last in undo and ex.get("undo") != NOTHING_TO_UNDO:   # dry-run: resolve forgets it
+        out.append(f'<form hx-post="/ui/actions/undo/{node}" hx-target="#node">'
+                   f'<button id="undo">{undo[last]}</button></form>')
+    return '<div class="actions">' + "".join(out) + "</div>"
+
+
+def done(out: Mapping[str, Any]) -> str:
+    """What an action did, one line."""
+    node = esc(out["node"])
+    if "held" in out:
+        what = "drained" if out.get("drained") else "would be drained (dry-run)"
+        return f'<p class="badge ok" id="done">{node} {what}; held until resolved</p>'
+    return (f'<p class="badge ok" id="done">resolved {node}: resumed '
             f'{esc(out.get("resumed") or "no (not our drain)")}</p>')
 
 

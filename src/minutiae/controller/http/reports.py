@@ -1,8 +1,10 @@
-"""Agent reports in (``POST /v1/reports``, answered by the fast path) and the benchmark echo."""
+"""Agent reports in (``POST /v1/reports``, answered by the fast path once the report is
+stored: ``minutiae.controller.http.acks``) and the benchmark echo."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,28 +12,34 @@ from fastapi import APIRouter, Request
 from fastapi.params import Depends
 from fastapi.responses import JSONResponse
 
+from minutiae.controller.http.acks import Acks
 from minutiae.controller.http.fastpath import Handler
 from minutiae.controller.http.metrics import Metrics
 from minutiae.controller.service import Controller
 from minutiae.errors import DataError
 
 
-def handlers(controller: Controller, m: Metrics) -> dict[str, Handler]:
+def handlers(controller: Controller, m: Metrics, acks: Acks) -> dict[str, Handler]:
     """The hot endpoints (path → handler), shared by the fast path and the routes below."""
 
-    def ingest_report(raw: bytes) -> tuple[int, dict[str, Any]]:
+    async def ingest_report(raw: bytes) -> tuple[int, dict[str, Any]]:
         """One parse of the body, validated by ``minutiae.controller.wire``; or a heartbeat
-        ``{"node", "digest", "agent"}`` for an unchanged verdict (``controller.intake``)."""
+        ``{"node", "digest", "agent"}`` for an unchanged verdict (``controller.intake``).
+        Answered once stored (a 503 when the store could not take it)."""
+        t0 = time.perf_counter()
         try:
             body = json.loads(raw)
         except ValueError as exc:
             raise DataError(f"body is not JSON: {exc}", "report") from None
-        rep, digest = controller.ingest_digest(body, raw)
+        rep, digest, ticket = controller.ingest_digest(body, raw)
+        if ticket is not None:
+            await acks.stored(ticket)
         m.reports.inc()
+        m.ingest.observe(time.perf_counter() - t0)
         return 202, {"node": rep.node, "accepted": True, "received": rep.time,
                      "digest": digest}
 
-    def echo_body(raw: bytes) -> tuple[int, dict[str, Any]]:
+    async def echo_body(raw: bytes) -> tuple[int, dict[str, Any]]:
         return 200, {"accepted": True, "bytes": len(raw)}
 
     return {"/v1/reports": ingest_report, "/v1/echo": echo_body}
@@ -49,14 +57,14 @@ def router(hot: dict[str, Handler], auth: Sequence[Depends]) -> APIRouter:
     async def post_report(request: Request) -> JSONResponse:
         """Answered by the ASGI fast path (``minutiae.controller.http.fastpath``) with the same
         checks; this route documents it (the schema above) and calls the same handler."""
-        code, out = hot["/v1/reports"](await request.body())
+        code, out = await hot["/v1/reports"](await request.body())
         return JSONResponse(out, status_code=code)
 
     @r.post("/v1/echo", dependencies=auth, include_in_schema=False)
     async def echo(request: Request) -> dict[str, Any]:
         """Benchmark baseline: the same server, fast path and token check; the body is read
         but neither parsed nor validated, and the controller is not involved."""
-        out: dict[str, Any] = hot["/v1/echo"](await request.body())[1]
+        out: dict[str, Any] = (await hot["/v1/echo"](await request.body()))[1]
         return out
 
     return r

@@ -110,7 +110,11 @@ def command(controller: Controller, text: str) -> str:
         rows = controller.node_rows()
         names = [r["node"] for r in rows if not want or r.get("sched") == want
                  or r["health"] == want or (want == "silent" and r.get("silent"))]
-        return f"{len(names)} node(s){' ' + want if want else ''}: `{hostlist(names) or '-'}`"
+        out = f"{len(names)} node(s){' ' + want if want else ''}: `{hostlist(names) or '-'}`"
+        would = [r["node"] for r in rows if r.get("would")] if want == "drained" else []
+        if would:   # dry-run: the scheduler's word above, what minutiae would have done here
+            out += f"\ndry-run, would be drained: {len(would)} node(s): `{hostlist(would)}`"
+        return out
     return ("usage: `/minutiae status` · `/minutiae explain NODE` · "
             "`/minutiae nodes [drained|unhealthy|silent|…]`")
 

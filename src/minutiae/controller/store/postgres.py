@@ -8,9 +8,15 @@ Same tables and the same audit-before-act transaction as the SQLite store (the S
   ``FOR SHARE`` in the batch's own transaction and fails when ``e`` is no longer current, so a
   deposed leader cannot write a pending action (and the takeover's epoch bump waits for a batch
   already in flight, so none slips in after it);
-- ``nodes.seq``/``nodes.writer``: every replica ingests reports and writes them here; each
-  replica reads what the others wrote (``reports_since``), so any replica takes any report.
+- ``nodes.seq``/``nodes.writer``/``nodes.digest``: every replica ingests reports and writes
+  them here; each replica reads what the others wrote (``reports_since``: node, time and
+  digest only; ``report_bodies`` for the reports whose digest it does not hold — a heartbeat
+  stored by another replica costs a re-dating, not a parse), so any replica takes any report.
   A report older than the one stored never replaces it (a replayed report is a no-op).
+- A take of reports is written in one statement (arrays through ``unnest``, in node order),
+  whatever the number of rows: one round trip per group commit, not one per report. The
+  pool's connections are in autocommit: a single statement is its own transaction; ``_tx``
+  opens one explicitly for the rest.
 
 A small fixed pool (``size`` connections, made on first use) serves every thread of a
 replica: never a connection per node or per request.
@@ -52,6 +58,7 @@ CREATE SEQUENCE IF NOT EXISTS nodes_seq;
 CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, received DOUBLE PRECISION NOT NULL,
     report TEXT NOT NULL, domains TEXT NOT NULL, seq BIGINT NOT NULL DEFAULT nextval('nodes_seq'),
     writer TEXT NOT NULL DEFAULT '');
+ALTER TABLE nodes ADD COLUMN IF NOT EXISTS digest TEXT;
 CREATE INDEX IF NOT EXISTS nodes_seq_i ON nodes(seq);
 CREATE TABLE IF NOT EXISTS memory(node TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, data TEXT NOT NULL);
@@ -77,6 +84,23 @@ _SCHEMA_LOCK = 0x6D6E7431  # "mnt1"
 #: rows of other replicas re-read behind the cursor (sequence values of transactions that
 #: commit out of order); re-reading is harmless: an older report never replaces a newer one
 _SEQ_OVERLAP = 1000
+
+
+#: a take in one statement (one round trip, atomic on its own): full reports (arrays of node,
+#: received, report, domains, digest, in node order) upserted, never over a newer one, and
+#: heartbeats (node, received) re-dating the stored report, never backwards. A take's nodes
+#: are either reports or heartbeats, so the two parts never touch one row.
+_SAVE = (
+    "WITH up AS (INSERT INTO nodes(node, received, report, domains, digest, writer) "
+    "SELECT u.*, ? FROM unnest(?::text[], ?::float8[], ?::text[], ?::text[], ?::text[]) "
+    "AS u(node, received, report, domains, digest) ORDER BY u.node "
+    "ON CONFLICT(node) DO UPDATE SET received=excluded.received, report=excluded.report, "
+    "domains=excluded.domains, digest=excluded.digest, seq=nextval('nodes_seq'), "
+    "writer=excluded.writer WHERE nodes.received <= excluded.received RETURNING 1), "
+    "re AS (UPDATE nodes SET received=b.t, seq=nextval('nodes_seq'), writer=? "
+    "FROM unnest(?::text[], ?::float8[]) AS b(node, t) "
+    "WHERE nodes.node=b.node AND nodes.received < b.t RETURNING 1) "
+    "SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM re)")
 
 
 def redact(dsn: str) -> str:
@@ -125,6 +149,7 @@ class PgStore:
             if make:
                 try:
                     c = self.connect()
+                    c.autocommit = True   # one statement, one round trip; _tx for the rest
                 except BaseException:
                     with self._made_lock:
                         self._made -= 1
@@ -164,8 +189,24 @@ class PgStore:
         except psycopg.Error as exc:
             raise StoreError(f"{self.path}: {_one_line(exc)}") from None
 
+    def _one(self, sql: str, args: Sequence[Any] = (), retry: bool = False
+             ) -> list[tuple[Any, ...]]:
+        """One statement on its own (autocommit: atomic, one round trip); its rows. With
+        ``retry``, again (twice at most) when PostgreSQL broke a deadlock by aborting it."""
+        for attempt in range(3 if retry else 1):
+            try:
+                with self._conn() as c, c.cursor() as cur:
+                    cur.execute(self._q(sql), tuple(args))
+                    return list(cur.fetchall()) if cur.description else []
+            except psycopg.errors.DeadlockDetected as exc:
+                if attempt == 2 or not retry:
+                    raise StoreError(f"{self.path}: {_one_line(exc)}") from None
+            except psycopg.Error as exc:
+                raise StoreError(f"{self.path}: {_one_line(exc)}") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._tx(lambda ex: list(ex(sql, args).fetchall()))
+        return self._one(sql, args)
 
     def close(self) -> None:
         while True:
@@ -177,41 +218,37 @@ class PgStore:
             self._made = 0
 
     # ---- reports -------------------------------------------------------------------------
-    def save_reports(self, rows: Iterable[tuple[str, float, str, str]],
+    def save_reports(self, rows: Iterable[tuple[str, float, str, str, str]],
                      beats: Iterable[tuple[float, str]] = ()) -> None:
-        rows, beats = list(rows), list(beats)
+        rows = sorted(rows)
+        beats = sorted(beats, key=lambda b: b[1])
         if not rows and not beats:
             return
         me = self.identity
-
-        def tx(ex: Exec) -> None:
-            cur = ex("SELECT 1", ())  # a cursor for executemany
-            if rows:
-                cur.executemany(self._q(
-                    "INSERT INTO nodes(node, received, report, domains, writer) "
-                    "VALUES(?,?,?,?,?) ON CONFLICT(node) DO UPDATE SET "
-                    "received=excluded.received, report=excluded.report, "
-                    "domains=excluded.domains, seq=nextval('nodes_seq'), writer=excluded.writer "
-                    "WHERE nodes.received <= excluded.received"),
-                    [(n, t, r, d, me) for n, t, r, d in rows])
-            if beats:
-                cur.executemany(self._q(
-                    "UPDATE nodes SET received=?, seq=nextval('nodes_seq'), writer=? "
-                    "WHERE node=? AND received < ?"), [(t, me, n, t) for t, n in beats])
-        self._tx(tx)
+        cols: list[list[Any]] = [list(c) for c in zip(*rows, strict=True)] or [[]] * 5
+        self._one(_SAVE, (me, *cols, me, [n for _t, n in beats], [t for t, _n in beats]),
+                  retry=True)
 
     def load_reports(self) -> list[tuple[str, float, str, str]]:
         return [(r[0], r[1], r[2], r[3]) for r in
                 self._read("SELECT node, received, report, domains FROM nodes")]
 
-    def reports_since(self, cursor: int) -> tuple[list[tuple[str, float, str, str]], int]:
-        """Reports other replicas stored after ``cursor`` (a ``nodes.seq``), re-reading a
-        little behind it; returns them and the next cursor."""
-        got = self._read("SELECT node, received, report, domains, seq FROM nodes "
+    def reports_since(self, cursor: int) -> tuple[list[tuple[str, float, str | None]], int]:
+        """(node, received, digest) of the reports other replicas stored after ``cursor`` (a
+        ``nodes.seq``), re-reading a little behind it; returns them and the next cursor."""
+        got = self._read("SELECT node, received, digest, seq FROM nodes "
                          "WHERE seq > ? AND writer <> ? ORDER BY seq LIMIT 200000",
                          (max(0, cursor - _SEQ_OVERLAP), self.identity))
-        top = max([cursor, *(int(r[4]) for r in got)])
-        return [(r[0], r[1], r[2], r[3]) for r in got], top
+        top = max([cursor, *(int(r[3]) for r in got)])
+        return [(r[0], r[1], r[2]) for r in got], top
+
+    def report_bodies(self, nodes: Sequence[str]) -> list[tuple[str, float, str, str]]:
+        """The stored reports of ``nodes``: (node, received, report, domains)."""
+        if not nodes:
+            return []
+        return [(r[0], r[1], r[2], r[3]) for r in self._read(
+            "SELECT node, received, report, domains FROM nodes WHERE node = ANY(?)",
+            (list(nodes),))]
 
     # ---- memory / kv ---------------------------------------------------------------------
     def load_memory(self) -> ControllerMemory:

@@ -96,26 +96,31 @@ class Store:
             self._local.conn = None
 
     # ---- reports -------------------------------------------------------------------------
-    def save_reports(self, rows: Iterable[tuple[str, float, str, str]],
+    def save_reports(self, rows: Iterable[tuple[str, float, str, str, str]],
                      beats: Iterable[tuple[float, str]] = ()) -> None:
-        """Upsert (node, received, report JSON, domains JSON) rows and re-date unchanged
-        reports (heartbeats: (received, node)) in one transaction."""
+        """Upsert (node, received, report JSON, domains JSON, digest) rows and re-date
+        unchanged reports (heartbeats: (received, node)) in one transaction."""
         rows, beats = list(rows), list(beats)
         if rows or beats:
             def tx(c: sqlite3.Connection) -> None:
                 c.executemany(
                     "INSERT INTO nodes(node, received, report, domains) VALUES(?,?,?,?) "
                     "ON CONFLICT(node) DO UPDATE SET received=excluded.received, "
-                    "report=excluded.report, domains=excluded.domains", rows)
-                c.executemany("UPDATE nodes SET received=? WHERE node=?", beats)
+                    "report=excluded.report, domains=excluded.domains "
+                    "WHERE nodes.received <= excluded.received", [r[:4] for r in rows])
+                c.executemany("UPDATE nodes SET received=? WHERE node=? AND received < ?",
+                              [(t, n, t) for t, n in beats])
             self._tx(tx)
 
     def load_reports(self) -> list[tuple[str, float, str, str]]:
         return list(self._conn().execute("SELECT node, received, report, domains FROM nodes"))
 
-    def reports_since(self, cursor: int) -> tuple[list[tuple[str, float, str, str]], int]:
+    def reports_since(self, cursor: int) -> tuple[list[tuple[str, float, str | None]], int]:
         """One process per SQLite file: no other replica writes reports."""
         return [], cursor
+
+    def report_bodies(self, nodes: Sequence[str]) -> list[tuple[str, float, str, str]]:
+        return [r for r in self.load_reports() if r[0] in set(nodes)]
 
     # ---- memory / kv ---------------------------------------------------------------------
     def load_memory(self) -> ControllerMemory:

@@ -34,7 +34,6 @@ from minutiae.errors import BackendError, ValidationError
 from minutiae.schedulers.base import (
     DEFAULT_OWNER,
     BackendOptions,
-    NodeSchedState,
     NodeState,
     make_reason,
     owns,
@@ -42,8 +41,10 @@ from minutiae.schedulers.base import (
     validate_owner,
 )
 from minutiae.schedulers.kubernetes import owner as _owner
+from minutiae.schedulers.kubernetes.cache import NodeCache
 from minutiae.schedulers.kubernetes.config import KubeConfig, load_in_cluster, load_kubeconfig
 from minutiae.schedulers.kubernetes.http import STRATEGIC, KubeAPIError, KubeClient
+from minutiae.schedulers.kubernetes.nodes import jobs_of, movable, node_state
 from minutiae.schedulers.kubernetes.owner import (
     DOMAIN,
     OWNER_KEY,
@@ -94,53 +95,6 @@ class EvictionReport:
         return not self.held and not self.failed
 
 
-def _movable(pod: dict[str, Any]) -> bool:
-    """Pods a drain moves: not DaemonSet-owned, not mirror/static, not finished, not deleting."""
-    meta = pod.get("metadata", {})
-    if meta.get("deletionTimestamp"):
-        return False
-    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
-        return False
-    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
-        return False
-    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
-
-
-def job_of(pod: dict[str, Any]) -> str:
-    """The job a pod belongs to, for the per-job budget: its controlling owner
-    (``namespace/Kind/name``: a Job, JobSet, PyTorchJob, StatefulSet …, so the pods of one
-    distributed job on several nodes count as one job), else the pod itself (``namespace/name``)."""
-    meta = pod.get("metadata", {})
-    ns = meta.get("namespace")
-    for o in meta.get("ownerReferences") or []:
-        if o.get("controller"):
-            return f"{ns}/{o.get('kind')}/{o.get('name')}"
-    return f"{ns}/{meta.get('name')}"
-
-
-def _node_state(node: str, obj: dict[str, Any], movable_pods: list[dict[str, Any]],
-                me: str) -> NodeState:
-    """A Node object (and its movable pods) as ``NodeState``: cordoned or carrying our taint →
-    DRAINING while pods remain, else DRAINED; Ready condition not True → DOWN; ``jobs`` are the
-    jobs of its pods (:func:`job_of`); ``me`` is the asking backend's owner."""
-    tag = owner_of(obj)
-    ours = tag is not None
-    cordoned = bool(obj.get("spec", {}).get("unschedulable"))
-    out = cordoned or (ours and _owner.has_our_taint(obj))
-    pods = tuple(dict.fromkeys(job_of(p) for p in movable_pods))
-    ready = [c for c in obj.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]
-    if out:
-        st = NodeSchedState.DRAINING if pods else NodeSchedState.DRAINED
-    elif ready and ready[0].get("status") != "True":
-        st = NodeSchedState.DOWN
-    else:
-        st = NodeSchedState.AVAILABLE
-    annotations = obj.get("metadata", {}).get("annotations") or {}
-    reason = annotations.get(REASON_KEY) if ours else None
-    return NodeState(node, st, reason=reason, ours=ours and out and owns(me, tag), jobs=pods,
-                     owner=tag if out else None)
-
-
 @dataclass
 class KubernetesBackend:
     """Drain/resume/annotate/state through the Kubernetes API (see the module docstring).
@@ -158,10 +112,13 @@ class KubernetesBackend:
     impersonate: str | None = None
     transport: httpx.BaseTransport | None = None
     timeout: float = 10.0
+    #: keep nodes and jobs by list + watch (``kubernetes/cache.py``): a step reads memory
+    watch: bool = False
     name: str = "kubernetes"
     evictions: dict[str, EvictionReport] = field(default_factory=dict)
     _client: KubeClient | None = field(default=None, repr=False)
     _eviction_version: str | None = field(default=None, repr=False)
+    _cache: NodeCache | None = field(default=None, repr=False)
 
     @classmethod
     def create(cls, opts: BackendOptions) -> KubernetesBackend:
@@ -169,8 +126,9 @@ class KubernetesBackend:
         clock = opts.clock or SystemClock()
         owner = validate_owner(opts.owner or DEFAULT_OWNER)
         if opts.kubeconfig:
-            return cls.from_kubeconfig(opts.kubeconfig, clock, evict=opts.evict, owner=owner)
-        return cls.in_cluster(clock, evict=opts.evict, owner=owner)
+            return cls.from_kubeconfig(opts.kubeconfig, clock, evict=opts.evict, owner=owner,
+                                       watch=True)
+        return cls.in_cluster(clock, evict=opts.evict, owner=owner, watch=True)
 
     undo_hint = staticmethod(_owner.undo_hint)
 
@@ -194,6 +152,9 @@ class KubernetesBackend:
         return self._client
 
     def close(self) -> None:
+        if self._cache is not None:
+            self._cache.stop()
+            self._cache = None
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -226,51 +187,85 @@ class KubernetesBackend:
 
     def state(self, node: str) -> NodeState:
         obj = self._node(node)
-        return _node_state(node, obj, [p for p in self.pods_on(node) if _movable(p)],
-                           self.owner)
+        return node_state(node, obj, jobs_of(p for p in self.pods_on(node) if movable(p)),
+                          self.owner)
+
+    def _synced(self) -> NodeCache | None:
+        """The watch cache once it has listed (started on first use with ``watch``)."""
+        if not self.watch:
+            return None
+        if self._cache is None:
+            self._cache = NodeCache(self.api.streaming, CONDITION)
+            self._cache.start()
+        return self._cache if self._cache.synced else None
 
     def states(self, nodes: Sequence[str]) -> dict[str, NodeState]:
-        """Bulk ``state`` (the controller uses it when present): one node list and one pod
-        list for the whole fleet. Nodes the API server does not know are left out."""
+        """Bulk ``state`` (the controller uses it when present): from the watch cache, else
+        one node list and one pod list for the whole fleet. Nodes the API server does not
+        know are left out."""
         wanted = {validate_node(n) for n in nodes}
+        cache = self._synced()
+        if cache is not None:
+            jobs = cache.jobs()
+            return {n: node_state(n, obj, jobs.get(n, ()), self.owner) for n in wanted
+                    if (obj := cache.node(n)) is not None}
         items = self._list("/api/v1/nodes")
         pods = self._list("/api/v1/pods", {
             "fieldSelector": "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"})
         by_node: dict[str, list[dict[str, Any]]] = {}
         for p in pods:
-            if _movable(p):
+            if movable(p):
                 by_node.setdefault(str(p.get("spec", {}).get("nodeName")), []).append(p)
         out: dict[str, NodeState] = {}
         for obj in items:
             name = str(obj.get("metadata", {}).get("name"))
             if name in wanted:
-                out[name] = _node_state(name, obj, by_node.get(name, []), self.owner)
+                out[name] = node_state(name, obj, jobs_of(by_node.get(name, [])), self.owner)
         return out
 
     # -- writing ---------------------------------------------------------------------------
-    def _merge(self, node: str, build: Callable[[dict[str, Any]], dict[str, Any] | None]) -> bool:
+    def _merge(self, node: str, build: Callable[[dict[str, Any]], dict[str, Any] | None]
+               ) -> dict[str, Any]:
         """Read-modify-write with the resourceVersion precondition; ``build(obj)`` returns the
-        merge patch or None for "nothing to do". Returns whether a patch was written."""
+        merge patch or None for "nothing to do". The first read may come from the watch cache
+        (a stale one fails the precondition: 409, read again); a decision *not* to write is
+        only taken on a fresh read. Returns the Node as it now is."""
+        cache = self._synced()
+        obj = cache.node(node) if cache is not None else None
+        fresh = obj is None
         for _ in range(_CONFLICT_RETRIES):
-            obj = self._node(node)
-            patch = build(obj)
+            if obj is None:
+                obj = self._node(node)
+            try:
+                patch = build(obj)
+            except BackendError:
+                if fresh:
+                    raise
+                patch = None
             if patch is None:
-                return False
+                if fresh:
+                    return obj
+                obj, fresh = None, True
+                continue
             patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
             try:
-                self.api.patch(f"/api/v1/nodes/{node}", patch)
+                got = self.api.patch(f"/api/v1/nodes/{node}", patch)
             except KubeAPIError as exc:
                 if exc.status == 409:
+                    obj, fresh = None, True
                     continue
                 raise
-            return True
+            if cache is not None:
+                cache.put(got)
+            return got
         raise BackendError(f"kubernetes: node {node} kept changing under us (409 x{_CONFLICT_RETRIES})")
 
-    def _sync_condition(self, node: str, active: bool, reason: str, message: str,
+    def _sync_condition(self, obj: dict[str, Any], active: bool, reason: str, message: str,
                         event_reason: str, event_text: str, event_type: str) -> None:
-        """Set our node condition if it differs; an Event marks each change (so a retry after a
-        failure finishes the job and a repeat writes nothing)."""
-        obj = self._node(node)
+        """Set our node condition on ``obj`` (the Node as just read or written) if it differs;
+        an Event marks each change (so a retry after a failure finishes the job and a repeat
+        writes nothing)."""
+        node = str(obj["metadata"]["name"])
         cur = [c for c in obj.get("status", {}).get("conditions") or [] if c.get("type") == CONDITION]
         want = "True" if active else "False"
         if cur and cur[0].get("status") == want and cur[0].get("message") == message:
@@ -281,8 +276,10 @@ class KubernetesBackend:
         since = cur[0].get("lastTransitionTime") if cur and cur[0].get("status") == want else now
         cond = {"type": CONDITION, "status": want, "reason": reason, "message": message,
                 "lastHeartbeatTime": now, "lastTransitionTime": since or now}
-        self.api.patch(f"/api/v1/nodes/{node}/status", {"status": {"conditions": [cond]}},
-                       content_type=STRATEGIC)
+        got = self.api.patch(f"/api/v1/nodes/{node}/status", {"status": {"conditions": [cond]}},
+                             content_type=STRATEGIC)
+        if self._cache is not None:
+            self._cache.put(got)
         self._event(node, str(obj["metadata"].get("uid", "")), event_reason, event_text, event_type)
 
     def _event(self, node: str, uid: str, reason: str, message: str, kind: str) -> None:
@@ -319,10 +316,10 @@ class KubernetesBackend:
                                                  SINCE_KEY: ann.get(SINCE_KEY) or since}},
                     "spec": {"unschedulable": True, "taints": taints}}
 
-        self._merge(node, build)
-        if not self._mine(self._node(node)):
+        obj = self._merge(node, build)
+        if not self._mine(obj):
             return  # an admin's cordon
-        self._sync_condition(node, True, "MinutiaeDrain", text, "MinutiaeCordon",
+        self._sync_condition(obj, True, "MinutiaeDrain", text, "MinutiaeCordon",
                              f"cordoned and tainted {TAINT_KEY}: {text}", "Warning")
         if self.evict:
             rep = self.evictions[node] = self.evict_pods(node)
@@ -344,8 +341,8 @@ class KubernetesBackend:
             return {"metadata": {"annotations": {OWNER_KEY: None, REASON_KEY: None, SINCE_KEY: None}},
                     "spec": spec}
 
-        self._merge(node, build)
-        self._sync_condition(node, False, "MinutiaeResumed", "returned to service by minutiae",
+        obj = self._merge(node, build)
+        self._sync_condition(obj, False, "MinutiaeResumed", "returned to service by minutiae",
                              "MinutiaeUncordon", "uncordoned and untainted by minutiae", "Normal")
 
     def annotate(self, node: str, key: str, value: str) -> None:
@@ -377,7 +374,7 @@ class KubernetesBackend:
             meta = pod.get("metadata", {})
             ns, name = str(meta.get("namespace")), str(meta.get("name"))
             ref = f"{ns}/{name}"
-            if not _movable(pod):
+            if not movable(pod):
                 skipped.append(ref)
                 continue
             body = {"apiVersion": version, "kind": "Eviction",

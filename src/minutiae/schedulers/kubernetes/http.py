@@ -38,8 +38,13 @@ class KubeClient:
         if impersonate:
             headers["Impersonate-User"] = impersonate
         self.server = config.server
-        self._http = httpx.Client(base_url=config.server, headers=headers, verify=config.verify,
-                                  cert=config.cert, timeout=timeout, transport=transport)
+        self._args: dict[str, Any] = {"base_url": config.server, "headers": headers,
+                                      "verify": config.verify, "cert": config.cert}
+        self._http = httpx.Client(timeout=timeout, transport=transport, **self._args)
+
+    def streaming(self) -> httpx.Client:
+        """A client of its own with the same server and credentials (a watch holds one)."""
+        return httpx.Client(timeout=10.0, **self._args)
 
     def close(self) -> None:
         self._http.close()

@@ -119,7 +119,21 @@ def write_dataset(plan: Plan, out: Path, progress: Progress = _noop,
     else:
         _write_nodes(plan, out, by_node, jobs_by_node, counts, progress)
         _write_jobs(plan, out, by_node, counts, progress)
+    write_manifest(out)
     return counts
+
+
+#: the files a replay reads, whose written size ``manifest.json`` keeps (docs/dataset.md)
+MANIFEST_GLOBS = ("*.csv", "*.jsonl", "*.parquet", "nodes/*/kern.log", "nodes/*/ib.csv",
+                  "timings/*.parquet")
+
+
+def write_manifest(out: Path) -> None:
+    """``manifest.json``, written last: every replayed file's size in bytes as written, so a
+    reader tells a file cut at a row boundary (or a missing one) from a whole one."""
+    sizes = {p.relative_to(out).as_posix(): p.stat().st_size
+             for pattern in MANIFEST_GLOBS for p in sorted(out.glob(pattern)) if p.is_file()}
+    (out / "manifest.json").write_text(json.dumps({"files": sizes}, indent=0, sort_keys=True) + "\n")
 
 
 def _jobs_child(plan: Plan, out: Path, done: Any, conn: Any) -> None:

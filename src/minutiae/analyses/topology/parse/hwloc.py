@@ -80,6 +80,7 @@ class _Found:
     busid: str
     cls: str
     vendor: str
+    device: str
     place: PciPlace
     cpus: tuple[int, ...]
     osdevs: list[tuple[ET.Element, _OsKinds]]
@@ -132,7 +133,7 @@ class _Walker:
             osdevs = [(o, _osdev_kinds(o.get("osdev_type"), self.major))
                       for o in child.findall("object") if o.get("type") == "OSDev"]
             self.found.append(_Found(child, busid, (m.group(1) if m else "").lower(),
-                                     (m.group(2) if m else "").lower(),
+                                     (m.group(2) if m else "").lower(), (m.group(3) if m else "").lower(),
                                      PciPlace(numa, chain, host), cpus, osdevs))
         node_id = busid or f"hostbridge:{child.get('bridge_pci') or child.get('id')}"
         top_is_host = host if chain else (ty == "Bridge" and
@@ -187,13 +188,15 @@ def _nic(f: _Found) -> Nic:
     infos = {i.get("name"): i.get("value") for i in (of.findall("info") if of is not None else [])}
     state = _IB_STATE.get(infos.get("Port1State") or "")
     kind = nic_kind_from_pci(f"0x{f.cls}", f"0x{f.vendor}" if f.vendor else None,
+                             f"0x{f.device}" if f.device else None,
                              link_layer=infos.get("Port1LinkLayer"))
     lid = (infos.get("Port1LID") or "0").lower()
     if kind is NicKind.UNKNOWN and (f.cls == "0c06" or lid not in ("0", "0x0", "0x0000")):
         kind = NicKind.INFINIBAND  # old adapters' InfiniBand class; only IB ports have a LID
     return Nic(name=name, pci=f.busid, numa=f.place.numa, cpus=f.cpus, kind=kind,
                state=state, port=1 if state else None,
-               netdev=net.get("name") if net is not None else None)
+               netdev=net.get("name") if net is not None else None,
+               rdma=of is not None if (of is not None or net is not None) else None)
 
 
 def _missing(found: list[_Found], gpu_f: list[_Found]) -> list[str]:

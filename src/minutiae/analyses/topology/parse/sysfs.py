@@ -114,7 +114,7 @@ def _nic(ib: Any, pd: PciDevInfo | None, notes: list[str]) -> Nic:
                state=parse_ib_state(port.get("state")), port=port_no, link_layer=link_layer,
                firmware=(ib.attrs.get("fw_ver") or "").strip() or None,
                netdev=ib.netdevs[0] if ib.netdevs else None, pcie_gen=gen, pcie_width=width,
-               pcie_max_gen=max_gen, pcie_max_width=max_width)
+               pcie_max_gen=max_gen, pcie_max_width=max_width, rdma=True)
 
 
 def _missing(snap: SysfsTopoSnapshot, nics: list[Nic], gpus: list[Gpu]) -> list[str]:

@@ -15,7 +15,7 @@ from minutiae.model.topology import Gpu, Nic, NicKind, NodeTopology, NvLink, Nvm
 
 _GPU_FIELDS = ("pci", "model", "uuid", "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width")
 _NIC_FIELDS = ("pci", "rate_gbps", "state", "port", "link_layer", "firmware", "netdev", "gdr",
-               "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width")
+               "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width", "rdma")
 
 
 def _nvlink_json(lk: NvLink) -> dict[str, Any]:
@@ -77,7 +77,7 @@ def topology_to_json(t: NodeTopology) -> dict[str, Any]:
             "gpu_nvme": [{"gpu": g, "nvme": n, "type": p.value}
                          for (g, n), p in t.gpu_nvme.items()],
         },
-        "numa_cpus": {str(k): list(v) for k, v in t.numa_cpus.items()},
+        "numa_cpus": {str(k): list(v) if v else None for k, v in t.numa_cpus.items()},
         "facts": dict(t.facts),
         "missing": list(t.missing),
         "notes": list(t.notes),
@@ -168,6 +168,7 @@ def topology_from_json(obj: Any, where: str | None = None) -> NodeTopology:
                 pcie_width=_opt_int(n.get("pcie_width"), f"{w}.pcie_width"),
                 pcie_max_gen=_opt_int(n.get("pcie_max_gen"), f"{w}.pcie_max_gen"),
                 pcie_max_width=_opt_int(n.get("pcie_max_width"), f"{w}.pcie_max_width"),
+                rdma=_opt(n.get("rdma"), bool, f"{w}.rdma"),
             ))
         nvmes = [Nvme(name=str(d["name"]), pci=d.get("pci"), numa=_opt_int(d.get("numa"), "nvmes"))
                  for d in obj.get("nvmes") or []]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from minutiae.errors import InputError, SourceUnavailable
+from minutiae.errors import SourceUnavailable
+from minutiae.inputs import read_text
 from minutiae.model.snapshot import Snapshot
 from minutiae.node.sources.dcgm.parse import SOURCE, parse_dcgm
 
@@ -33,9 +34,6 @@ def read_dcgm(where: str, timeout_s: float = 5.0, client: httpx.Client | None = 
         if resp.status_code != 200:
             raise SourceUnavailable(SOURCE, f"{where}: HTTP {resp.status_code}")
         return parse_dcgm(resp.text[:MAX_BYTES], where)
-    try:
-        with open(Path(where), "rb") as fh:
-            data = fh.read(MAX_BYTES)
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", where) from None
-    return parse_dcgm(data.decode("utf-8", errors="replace"), where)
+    # the one bounded reader: binary data (/dev/zero) is refused from its first block, a file over
+    # the limit from its size, an endless stream at the limit
+    return parse_dcgm(read_text(Path(where), limit=MAX_BYTES, what="dcgm-exporter page"), where)

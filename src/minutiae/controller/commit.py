@@ -1,0 +1,92 @@
+"""Acknowledge after store: the intake's rows go to the store in group commits.
+
+A report is answered (202) only once it is in the store, so a replica killed after answering
+loses nothing (another replica, or the one restarted, has it). Writing each report in its own
+transaction would put a store round trip (and, on PostgreSQL, a commit) in every request; here
+one writer thread takes *every* row that arrived since its last write (``Intake.take_rows``:
+one numbered take, its ticket) and stores them in one transaction, then tells the listeners
+(the HTTP layer's waiters, ``minutiae.controller.http.acks``) which ticket is stored or failed.
+While a write is in flight the next rows gather, so the number of transactions adapts to the
+store's speed, not to the report rate (a group commit).
+
+A failed write gives the rows back (the next take carries them) and fails that take's
+waiters: their agents get a 503 and keep the report in their outbox. The outage is said once
+(``problem``), and its end too.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from minutiae.controller.intake import Intake
+from minutiae.controller.store.base import ControllerStore
+from minutiae.errors import MinutiaeError
+
+__all__ = ["Committer"]
+
+#: a write is started at most this long after the first row of a take arrived (rows that
+#: arrive meanwhile join it): fewer, larger transactions for a millisecond of latency
+LINGER_S = 0.002
+
+
+class Committer:
+    """One take of the intake's rows into the store at a time (the step and the writer thread
+    both call :meth:`commit`; a lock keeps takes in ticket order)."""
+
+    def __init__(self, intake: Intake, store: ControllerStore,
+                 problem: Callable[[str], None]) -> None:
+        self.intake = intake
+        self.store = store
+        self.problem = problem
+        #: told ``(ticket, error or None)`` after every take, in ticket order
+        self.listeners: list[Callable[[int, str | None], None]] = []
+        #: set by every ingest that left a row to store
+        self.wake = threading.Event()
+        self._lock = threading.Lock()
+        self._down: str | None = None
+        #: rows stored and transactions made (for the benchmark and ``status``)
+        self.rows = 0
+        self.writes = 0
+
+    def commit(self) -> None:
+        """Store what the intake holds (one transaction) and tell the listeners."""
+        with self._lock:
+            take = self.intake.take_rows()
+            err = None
+            n = len(take.rows) + len(take.beats)
+            if n:
+                try:
+                    self.store.save_reports(take.rows, take.beats)
+                    self.rows += n
+                    self.writes += 1
+                except MinutiaeError as exc:
+                    err = str(exc)
+                    self.intake.give_back(take)
+            self._say(err, n)
+            for tell in self.listeners:
+                tell(take.ticket, err)
+
+    def _say(self, err: str | None, n: int) -> None:
+        if err is not None and self._down is None:
+            self.problem(f"reports not stored, agents answered 503 (they keep them): {n} "
+                         f"report(s): {err}")
+        elif err is None and self._down is not None and n:
+            self.problem("store back: reports are stored and acknowledged again")
+        if err is not None or n:
+            self._down = err
+
+    def run(self, stop: threading.Event, linger_s: float = LINGER_S) -> None:
+        """The writer thread: commit as soon as rows arrive (and once a second regardless)."""
+        while not stop.is_set():
+            self.wake.wait(1.0)
+            if stop.is_set():
+                break
+            self.wake.clear()
+            if linger_s > 0:
+                stop.wait(linger_s)
+            try:
+                self.commit()
+            except Exception as exc:  # keep the writer alive; say what failed
+                self.problem(f"report writer failed: {type(exc).__name__}: {exc}")
+                stop.wait(0.5)

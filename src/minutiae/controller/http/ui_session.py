@@ -1,0 +1,183 @@
+"""The web UI's sessions and its fleet snapshot.
+
+Sessions are stateless, derived from the controller's tokens: ``POST /ui/login`` with the admin
+token (or, when ``serve`` has one, the read-only token) sets the cookie
+``<role>.<nonce>.HMAC(<role's token>, <role> + "session" + nonce)`` (HttpOnly, SameSite=Strict),
+so a session survives a controller restart and dies with a token change. An action needs an
+``admin`` session AND the CSRF token ``HMAC(admin token, "csrf" + nonce)`` in ``X-CSRF-Token``
+(the page carries it; htmx sends it). With a read-only token configured, the views that show
+evidence (map, node, audit) need a session of either role, like ``/v1/nodes``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import Request
+
+from minutiae.controller import queries
+from minutiae.controller.service import Controller
+
+COOKIE = "minutiae_ui"
+ADMIN, READ = "admin", "read"
+MAX_FORM = 65536
+
+
+async def form(request: Request) -> dict[str, str]:
+    """A urlencoded form body (htmx's default), without python-multipart; 64 KiB at most
+    (over that: ``{"\\0": why}``)."""
+    body = await request.body()
+    if len(body) > MAX_FORM:
+        return {"\0": "form over 64 KiB"}
+    return {k: v[0] for k, v in parse_qs(body.decode(errors="replace")).items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    role: str
+    nonce: str
+
+    @property
+    def admin(self) -> bool:
+        return self.role == ADMIN
+
+
+class Refused(Exception):
+    """An action refused: ``code`` (401 no session, 403 read-only session or stale CSRF)."""
+
+    def __init__(self, code: int, why: str, text: str) -> None:
+        super().__init__(text)
+        self.code, self.why = code, why
+
+
+class Sessions:
+    """Sessions and CSRF tokens derived from the admin token (and the read-only token)."""
+
+    def __init__(self, token: str, read_token: str | None = None) -> None:
+        self.keys = {ADMIN: token.encode()}
+        if read_token:
+            self.keys[READ] = read_token.encode()
+        #: the evidence views need a session (``serve`` has a read-only token)
+        self.closed_reads = bool(read_token)
+
+    def _mac(self, role: str, what: str) -> str:
+        return hmac.new(self.keys[role], (role + what).encode(), hashlib.sha256).hexdigest()
+
+    def login(self, given: str) -> str | None:
+        """The cookie for the token ``given`` (admin wins if both match), else None."""
+        got = given.encode()
+        roles = [r for r, key in self.keys.items() if hmac.compare_digest(got, key)]
+        if not roles:
+            return None
+        role = ADMIN if ADMIN in roles else READ
+        nonce = secrets.token_hex(16)
+        return f"{role}.{nonce}.{self._mac(role, 'session' + nonce)}"
+
+    def session(self, request: Request) -> Session | None:
+        role, _, rest = (request.cookies.get(COOKIE) or "").partition(".")
+        nonce, _, mac = rest.partition(".")
+        if role not in self.keys or not nonce or not hmac.compare_digest(
+                mac.encode(), self._mac(role, "session" + nonce).encode()):
+            return None
+        return Session(role, nonce)
+
+    def csrf(self, s: Session | None) -> str:
+        return self._mac(ADMIN, "csrf" + s.nonce)[:32] if s is not None and s.admin else ""
+
+    def can_read(self, request: Request) -> bool:
+        return not self.closed_reads or self.session(request) is not None
+
+    def check(self, request: Request) -> Session:
+        """The admin session of an action request, else :class:`Refused`."""
+        s = self.session(request)
+        if s is None:
+            raise Refused(401, "ui_session", "log in with the controller token first")
+        if not s.admin:
+            raise Refused(403, "ui_read_only", "this session has the read-only token: actions "
+                                               "need the admin token")
+        got = request.headers.get("x-csrf-token", "")
+        if not hmac.compare_digest(got.encode(), self.csrf(s).encode()):
+            raise Refused(403, "ui_csrf", "missing or stale CSRF token: reload the page")
+        return s
+
+
+class Snapshot:
+    """The fleet's rows and status for the UI, rebuilt by a background thread every
+    ``every_s`` while the UI is used (stops after ``idle_s`` without a request) and at once
+    after an action: a 20,000-node ``node_rows`` costs 100-300 ms, so requests read the last
+    snapshot instead of paying it. ``data`` is replaced whole, never changed in place (so its
+    identity says which snapshot a cached rendering came from)."""
+
+    def __init__(self, controller: Controller, every_s: float = 4.0, idle_s: float = 60.0):
+        self.ctl, self.every_s, self.idle_s = controller, every_s, idle_s
+        self.lock = threading.Lock()
+        self.data: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
+        self.used = 0.0
+        self.thread: threading.Thread | None = None
+        self.wake = threading.Event()
+        #: renderings of the current snapshot (the map for given filters), dropped with it
+        self._cache: dict[tuple[object, ...], str] = {}
+        self._cache_of: object = None
+
+    def _build(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        rows = self.ctl.node_rows()
+        return rows, queries.status(self.ctl, rows)   # one pass over the fleet, not two
+
+    def _run(self) -> None:
+        while time.monotonic() - self.used < self.idle_s:
+            try:
+                self.data = self._build()
+            except Exception as exc:  # keep the UI up; say what failed
+                self.ctl.problem(f"web UI snapshot failed: {type(exc).__name__}: {exc}")
+            self.wake.wait(self.every_s)
+            self.wake.clear()
+        with self.lock:
+            self.thread = None
+
+    def get(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        self.used = time.monotonic()
+        with self.lock:
+            if self.data is None:
+                self.data = self._build()
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, daemon=True,
+                                               name="minutiae-ui-snapshot")
+                self.thread.start()
+            return self.data
+
+    def render(self, key: tuple[object, ...],
+               make: Callable[[list[dict[str, Any]]], str]) -> str:
+        """``make(rows)`` of the current snapshot, made once per snapshot and ``key`` (every
+        open page polls the map: the same filters cost one rendering per snapshot)."""
+        data = self.get()
+        with self.lock:
+            if self._cache_of is not data:
+                self._cache, self._cache_of = {}, data
+            hit = self._cache.get(key)
+        if hit is None:
+            hit = make(data[0])
+            with self.lock:
+                if self._cache_of is data and len(self._cache) < 64:
+                    self._cache[key] = hit
+        return hit
+
+    def stale(self) -> None:
+        """After an action: rebuilt now, in the background (an action never waits for a
+        20,000-node rebuild; the page polls the map again a second later)."""
+        self.wake.set()
+
+    def status_now(self) -> dict[str, Any]:
+        """The snapshot's status with the controller's pause as it is now (after pause or
+        unpause, without a rebuild)."""
+        st = dict(self.get()[1])
+        p = self.ctl.memory.pause
+        st["paused"] = None if p is None else {"reason": p.reason, "since": p.since, "by": p.by}
+        return st
