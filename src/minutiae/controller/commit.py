@@ -57,7 +57,7 @@ class Committer:
             n = len(take.rows) + len(take.beats)
             if n:
                 try:
-                    self.store.save_reports(take.rows, take.beats)
+                    self.store.save_reports(take.rows, take.beats, wake=take.wake)
                     self.rows += n
                     self.writes += 1
                 except MinutiaeError as exc:
