@@ -60,8 +60,10 @@ class Committer:
                     self.store.save_reports(take.rows, take.beats, wake=take.wake)
                     self.rows += n
                     self.writes += 1
-                except MinutiaeError as exc:
-                    err = str(exc)
+                except Exception as exc:  # any failure: the rows wait for the next take and
+                    # this take's waiters are told (never acknowledged by a later take)
+                    err = str(exc) if isinstance(exc, MinutiaeError) else \
+                        f"{type(exc).__name__}: {exc}"
                     self.intake.give_back(take)
             self._say(err, n)
             for tell in self.listeners:
