@@ -9,8 +9,8 @@ the middle step; ``step,rank,seconds``): ``parquet`` a Parquet file of RANKS x S
 ``nodes`` the 10,000 x 2,000 Parquet with ``node,gpu`` columns (what the simulator and StepTimer
 write besides); ``general`` the 10,000 x 2,000 Parquet with one rank stopping half-way (rows
 missing: the long-table path, not ``ingest``); ``bigcsv`` RANKS x STEPS as CSV. For each: the
-whole CLI as a subprocess (wall; CPU seconds, user + system, and peak RSS of that child from
-``os.wait4``, the per-child form of ``getrusage(RUSAGE_CHILDREN)``), and in the same run the
+whole CLI as a subprocess (wall; CPU seconds, user + system, from ``os.wait4``; its peak RSS
+from its own VmHWM, ``CHILD``), and in the same run the
 nvidia-resiliency-ext rule (``baseline.NvrxBaseline``) on the same file (read + scores), side by
 side as a ratio; medians of ``--repeats``; the load (``os.getloadavg()``) while measuring.
 ``follow``: per-step latency of the ``--follow`` path at RANKS ranks (one step's CSV rows parsed
@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,6 @@ import polars as pl
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "out"
-CLI = [str(ROOT / ".venv" / "bin" / "minutiae"), "stragglers"]
 SLOW_RANK = 4242
 
 
@@ -64,14 +64,31 @@ def ensure(path: Path, ranks: int, steps: int, kind: str = "plain") -> Path:
     return path
 
 
+#: the ``minutiae`` entry point, writing its own peak RSS (VmHWM) to $PEAK_FILE at exit:
+#: ``ru_maxrss`` of a child starts at the parent's peak (Linux carries it through fork and
+#: exec), and this process holds the NVRx rule's tables (5 GB at 100k x 1k) between runs
+CHILD = """
+import atexit, os, sys
+def _peak():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmHWM:'):
+            open(os.environ['PEAK_FILE'], 'w').write(line.split()[1])
+atexit.register(_peak)
+from minutiae.cli.main import main
+sys.exit(main())
+"""
+
+
 def cli(path: Path) -> tuple[float, float, float, int]:
     """(wall s, CPU s, peak RSS MiB, exit status) of one ``minutiae stragglers PATH --json``."""
+    peak = OUT / "peak.txt"
     t0 = time.perf_counter()
-    p = subprocess.Popen([*CLI, str(path), "--json"], stdout=subprocess.DEVNULL)
+    p = subprocess.Popen([sys.executable, "-c", CHILD, "stragglers", str(path), "--json"],
+                         stdout=subprocess.DEVNULL, env={**os.environ, "PEAK_FILE": str(peak)})
     _, status, ru = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
-    return (time.perf_counter() - t0, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024,
-            p.returncode)
+    return (time.perf_counter() - t0, ru.ru_utime + ru.ru_stime,
+            int(peak.read_text()) / 1024, p.returncode)
 
 
 def nvrx(path: Path) -> float:
@@ -88,7 +105,9 @@ def nvrx(path: Path) -> float:
     x = np.full((steps.size, ranks), np.nan, dtype=np.float32)  # missing cells stay NaN
     x[si, rank] = df["seconds"].to_numpy()
     b = NvrxBaseline(ranks)
-    b.update(x, steps)
+    with warnings.catch_warnings():  # a rank stopped: its windows are all NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        b.update(x, steps)
     return time.perf_counter() - t0
 
 
@@ -121,16 +140,17 @@ def follow(ranks: int, steps: int = 60) -> None:
     df = make(ranks, steps)
     header = "step,rank,seconds"
     stream = StragglerStream(Options(), "bench", None)
-    lat = []
+    lat, cpu = [], []
     for s in range(steps):
         chunk = df.filter(pl.col("step") == s).write_csv(include_header=False).encode()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         stream.feed(parse_csv(chunk, "bench", header))
         if s >= steps - 20:
             lat.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
     print(f"follow {ranks:,} ranks: per-step latency median {np.median(lat) * 1e3:.1f} ms "
-          f"(p90 {np.percentile(lat, 90) * 1e3:.1f} ms, 20 steps after {steps - 20}) | "
-          f"load {os.getloadavg()[0]:.1f}", flush=True)
+          f"(p90 {np.percentile(lat, 90) * 1e3:.1f} ms; CPU {np.median(cpu) * 1e3:.1f} ms; "
+          f"20 steps after {steps - 20}) | load {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def main() -> None:

@@ -267,13 +267,18 @@ def benign(seed: int) -> list[World]:
     ]
 
 
-def faulty(seed: int) -> list[World]:
-    """Faults under the hard mixture (TP-shared and AR noise): the detection-delay goals."""
+#: the hard mixture without its AR(1) wander (TP-shared, lottery, t tails)
+NO_AR = {k: v for k, v in HARD.items() if not k.startswith("ar_")}
+
+
+def faulty(seed: int, noise: dict[str, float] | None = None) -> list[World]:
+    """Faults under the hard mixture (TP-shared and AR noise; ``noise`` another mixture): the
+    detection-delay goals."""
     rng = np.random.default_rng(1000 + seed)
     start = int(rng.integers(60, 120))
     r = int(rng.integers(0, 128))
     node = int(rng.integers(0, 16))
-    kw = dict(dp=16, steps=300, **HARD)
+    kw = dict(dp=16, steps=300, **(HARD if noise is None else noise))
     return [
         World("gpu+10%", seed, faults=(Fault("gpu", r, 0.10, start),), **kw),
         World("gpu+5%", seed, faults=(Fault("gpu", r, 0.05, start),), **kw),

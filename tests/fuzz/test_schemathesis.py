@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import requests
 
 schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -42,13 +41,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stdout=log, stderr=subprocess.STDOUT, cwd=d,
         env={**os.environ, "MINUTIAE_TOKEN": TOKEN, "MINUTIAE_LOG_JSON": "0"})
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90  # serve's start took over 30 s at load 15 on 2 cores
     while True:
         try:
             urllib.request.urlopen(f"{url}/healthz", timeout=2).close()
             break
         except OSError:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or p.poll() is not None:
                 p.kill()
                 raise AssertionError((d / "serve.log").read_text()) from None
             time.sleep(0.2)
@@ -58,12 +57,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     print(f"\nschemathesis: {COUNTS['cases']} requests, {COUNTS['5xx']} 5xx")
 
 
-@pytest.mark.xfail(strict=False, raises=requests.exceptions.ConnectionError,
-                   reason="issue 16, open: in the clean-clone run of 2026-12-01 the server closed one "
-                          "connection without a response (no 5xx was seen); cause not found yet")
 def test_no_5xx_for_any_generated_request(served: str) -> None:
     """Every operation of the spec, 15 valid and 15 mutated requests each (hypothesis through
-    schemathesis' strategies), sent with the admin token."""
+    schemathesis' strategies), sent with the admin token. Every request gets a response: a
+    connection closed without one fails the test (it did once, under load, when a request's
+    headers and body arrived in one read over 64 KiB and the header cap counted the body;
+    tests/fuzz/test_serve_half_open.py has that case on its own)."""
     api = schemathesis.openapi.from_url(f"{served}/openapi.json")
     # valid requests and mutated ones (wrong types, missing fields, out-of-schema values)
     bad: list[str] = []

@@ -112,7 +112,7 @@ def command(files: tuple[str, ...], as_json: bool, aggregate: bool, summary: boo
     else this node's /dev/kmsg."""
     from minutiae.clock import SystemClock
     from minutiae.node.sources.kernel_log.read_stream import DEV_KMSG, STDIN
-    from minutiae.node.sources.kernel_log.scan import scan_chunks
+    from minutiae.node.sources.kernel_log.scan import scan_chunks, scan_groups
     from minutiae.rules.logs import kernel_log_rules, load_log_rules
 
     if year is None:
@@ -121,18 +121,20 @@ def command(files: tuple[str, ...], as_json: bool, aggregate: bool, summary: boo
     if rules_file is not None:
         rules = rules + load_log_rules(rules_file)
     sources = list(files) or [STDIN if not sys.stdin.isatty() else str(DEV_KMSG)]
-    floor = Severity.parse(min_severity)
+    floor = Severity[min_severity.upper()]
     stream = as_json and not (summary or aggregate)
     agg = Aggregator()
     echo = click.echo
     for src in sources:
+        if not stream:  # grouped: repeated messages are counted, no finding is built for them
+            scan_groups(_guarded(src), year=year, rules=rules, floor=floor, into=agg)
+            continue
         for f in scan_chunks(_guarded(src), year=year, rules=rules):
             if f.severity < floor:
                 continue
             if len(sources) > 1:
                 f = replace(f, attrs={**f.attrs, "file": src})
-            if stream:
-                echo(json.dumps(f.to_json(), ensure_ascii=False))
+            echo(json.dumps(f.to_json(), ensure_ascii=False))
             agg.add(f)
     groups = [] if stream else agg.groups()
     if as_json and not stream:

@@ -69,13 +69,15 @@ def guarded_protocol(header_timeout: float, max_header: int = MAX_HEADER_BYTES) 
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if self._deadline is not None:
+            armed = self._deadline is not None
+            super().data_received(data)
+            # only a header block still unfinished after this chunk counts: a request whose
+            # headers and a large body arrive in one read (one sendall) is answered, not dropped
+            if armed and self._deadline is not None and not self.transport.is_closing():
                 self._pending += len(data)
                 if self._pending > max_header:
                     self._disarm()
                     self.transport.close()
-                    return
-            super().data_received(data)
 
         def on_headers_complete(self) -> None:
             self._disarm()

@@ -18,10 +18,13 @@ XID specifics (NVIDIA's catalog, see docs/rules.md):
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from enum import Enum
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 from minutiae.model.findings import Finding, LogEvent, Scalar
 from minutiae.model.vocab import Action, Severity, Status
@@ -49,14 +52,48 @@ def _fmt(template: str, fields: Mapping[str, Any]) -> str:
         return template
 
 
+#: event fields that differ from line to line of the same message
+PER_LINE_FIELDS = frozenset({"style", "level", "host", "uptime_s", "line", "line_no", "time"})
+
+
+@lru_cache(maxsize=1024)
+def _per_line(template: str) -> bool:
+    """Whether a message template names a per-line field (then it is formatted per line)."""
+    try:
+        return any(f and f.split(".")[0].split("[")[0] in PER_LINE_FIELDS
+                   for _, f, _, _ in string.Formatter().parse(template))
+    except ValueError:
+        return False  # a bad template formats to itself (_fmt), the same for every line
+
+
+class Counted(Enum):
+    """How a repeated message's findings can be counted (:meth:`LogFindingMapper.counted`)."""
+
+    EVENT = "event"  # build its event and finding (provisional rule, per-line template)
+    PER_MESSAGE = "per_message"  # the same plan for every line of the message
+    PER_LINE = "per_line"  # a plan per line (catalog rules: Xid 45 follows the previous Xid)
+
+
+class GroupPlan(NamedTuple):
+    """What every finding of one repeated message counts as in an :class:`Aggregator`: the
+    group key (kind, code, device, rule), severity, action, the finding's message and the
+    catalog name."""
+
+    key: tuple[Any, ...]
+    severity: Severity
+    action: Action
+    message: str
+    name: str | None
+
+
 def _component(rule: LogRule | None, pci: str | None) -> str | None:
     """``<rule's component>:<pci>`` (the rule says what the line is about, in its TOML)."""
     return f"{rule.component}:{pci}" if rule is not None and rule.component and pci else None
 
 
-def _is_fatal(ev: LogEvent) -> bool | None:
+def _is_fatal(attrs: Mapping[str, Scalar]) -> bool | None:
     for key in ("sxid_severity", "fm_severity"):
-        v = ev.attrs.get(key)
+        v = attrs.get(key)
         if isinstance(v, str):
             return v.lower() == "fatal"
     return None
@@ -77,53 +114,95 @@ class LogFindingMapper:
         rule = self.rules.get(str(ev.attrs.get("rule", "")))
         if rule is not None and rule.catalog is None:
             return self._plain(rule, ev)
-        severity = rule.severity if rule else Severity.WARNING
-        action = rule.action if rule else Action.NONE
-        template = rule.message if rule else "{kind}: {message}"
-        fields: dict[str, Any] = {**ev.attrs, "kind": ev.kind, "code": ev.code,
-                                  "pci": ev.pci or "(PCI unknown)", "message": ev.message, "name": "?"}
-        attrs: dict[str, Scalar] = dict(ev.attrs)
         t = ev.time.timestamp() if ev.time is not None else None
-        if rule is not None and rule.catalog == "xid":
-            severity, action, template = self._xid(ev, fields, attrs, template, t)
-        elif rule is not None and rule.catalog == "sxid":
-            severity, action, template = self._sxid(ev, fields, attrs, template)
+        severity, action, message, attrs = self._judge(rule, ev.kind, ev.message, ev.code, ev.pci,
+                                                       ev.attrs, t)
         if ev.uptime_s is not None:
             attrs["uptime_s"] = ev.uptime_s
         if ev.host:
             attrs["host"] = ev.host
         return Finding(
-            kind=ev.kind, severity=severity, action=action, message=_fmt(template, fields),
+            kind=ev.kind, severity=severity, action=action, message=message,
             code=ev.code, pci=ev.pci, component=_component(rule, ev.pci), line=ev.line,
             line_no=ev.line_no, time=ev.time, rule=rule.id if rule else None, attrs=attrs,
         )
 
-    def _plain(self, rule: LogRule, ev: LogEvent) -> Finding:
-        """A rule without a catalog: severity, action and message depend only on the rule and
-        the message, so they are worked out once per distinct message (fleet logs repeat)."""
-        key = (rule.id, ev.message, ev.pci, ev.code)
+    def line_plan(self, kind: str, message: str, code: int | None, pci: str | None,
+                  ev_attrs: Mapping[str, Scalar], time: datetime | None) -> GroupPlan:
+        """How one event counts in an :class:`Aggregator` — what :meth:`finding` then
+        :meth:`Aggregator.add` do without building the Finding (a catalog rule's verdict
+        depends on the events before it: Xid 45 follows the previous Xid on its GPU)."""
+        rule = self.rules.get(str(ev_attrs.get("rule", "")))
+        if rule is not None and rule.catalog is None:
+            text, component = self._plain_text(rule, kind, message, code, pci, ev_attrs)
+            name = ev_attrs.get("name")
+            return GroupPlan((kind, code, pci or component, rule.id), rule.severity, rule.action,
+                             text, name if isinstance(name, str) else None)
+        t = time.timestamp() if time is not None else None
+        severity, action, text, attrs = self._judge(rule, kind, message, code, pci, ev_attrs, t)
+        name = attrs.get("name")
+        return GroupPlan((kind, code, pci or _component(rule, pci), rule.id if rule else None),
+                         severity, action, text, name if isinstance(name, str) else None)
+
+    def _judge(self, rule: LogRule | None, kind: str, message: str, code: int | None,
+               pci: str | None, ev_attrs: Mapping[str, Scalar],
+               t: float | None) -> tuple[Severity, Action, str, dict[str, Scalar]]:
+        """Severity, action, message and attributes of an event of a catalog rule (or of no
+        known rule)."""
+        severity = rule.severity if rule else Severity.WARNING
+        action = rule.action if rule else Action.NONE
+        template = rule.message if rule else "{kind}: {message}"
+        fields: dict[str, Any] = {**ev_attrs, "kind": kind, "code": code,
+                                  "pci": pci or "(PCI unknown)", "message": message, "name": "?"}
+        attrs: dict[str, Scalar] = dict(ev_attrs)
+        if rule is not None and rule.catalog == "xid":
+            severity, action, template = self._xid(code, message, pci, fields, attrs, template, t)
+        elif rule is not None and rule.catalog == "sxid":
+            severity, action, template = self._sxid(kind, code, fields, attrs, template)
+        return severity, action, _fmt(template, fields), attrs
+
+    def _plain_text(self, rule: LogRule, kind: str, message: str, code: int | None,
+                    pci: str | None, ev_attrs: Mapping[str, Scalar]) -> tuple[str, str | None]:
+        """A rule without a catalog: its finding's message and component depend only on the
+        rule and the event's message (unless the template names a per-line field), so they
+        are worked out once per distinct message (fleet logs repeat)."""
+        key = (rule.id, message, pci, code)
         memo = self._memo.get(key)
         if memo is None:
-            fields: dict[str, Any] = {**ev.attrs, "kind": ev.kind, "code": ev.code,
-                                      "pci": ev.pci or "(PCI unknown)", "message": ev.message,
+            fields: dict[str, Any] = {**ev_attrs, "kind": kind, "code": code,
+                                      "pci": pci or "(PCI unknown)", "message": message,
                                       "name": "?"}
-            memo = (_fmt(rule.message, fields), _component(rule, ev.pci))
+            memo = (_fmt(rule.message, fields), _component(rule, pci))
+            if _per_line(rule.message):
+                return memo
             if len(self._memo) >= 4096:
                 self._memo.clear()
             self._memo[key] = memo
+        return memo
+
+    def counted(self, ev_attrs: Mapping[str, Scalar]) -> Counted:
+        """How an event of this rule can be counted without building its Finding."""
+        rule = self.rules.get(str(ev_attrs.get("rule", "")))
+        if rule is None or rule.provisional or _per_line(rule.message):
+            return Counted.EVENT
+        return Counted.PER_MESSAGE if rule.catalog is None else Counted.PER_LINE
+
+    def _plain(self, rule: LogRule, ev: LogEvent) -> Finding:
+        text, component = self._plain_text(rule, ev.kind, ev.message, ev.code, ev.pci, ev.attrs)
         attrs: dict[str, Scalar] = dict(ev.attrs)
         if ev.uptime_s is not None:
             attrs["uptime_s"] = ev.uptime_s
         if ev.host:
             attrs["host"] = ev.host
-        return Finding(kind=ev.kind, severity=rule.severity, action=rule.action, message=memo[0],
-                       code=ev.code, pci=ev.pci, component=memo[1], line=ev.line,
+        return Finding(kind=ev.kind, severity=rule.severity, action=rule.action, message=text,
+                       code=ev.code, pci=ev.pci, component=component, line=ev.line,
                        line_no=ev.line_no, time=ev.time, rule=rule.id, attrs=attrs)
 
-    def _xid(self, ev: LogEvent, fields: dict[str, Any], attrs: dict[str, Scalar],
-             template: str, t: float | None) -> tuple[Severity, Action, str]:
+    def _xid(self, code: int | None, message: str, pci: str | None, fields: dict[str, Any],
+             attrs: dict[str, Scalar], template: str,
+             t: float | None) -> tuple[Severity, Action, str]:
         cat = self.xid
-        entry = cat.get(ev.code)
+        entry = cat.get(code)
         if entry is None:
             attrs["unknown_code"] = True
             return cat.unknown_severity, cat.unknown_action, cat.unknown_message
@@ -132,49 +211,49 @@ class LogFindingMapper:
         attrs["nvidia_action"] = entry.nvidia_action
         severity, action = entry.severity, entry.action
         for pattern, sev, act in entry.overrides:
-            if pattern.search(ev.message):
+            if pattern.search(message):
                 severity, action = sev, act
                 break
         if entry.follows_previous:
-            prev = self._last_xid.get(ev.pci)
-            named = _CAUSED_BY.search(ev.message)
+            prev = self._last_xid.get(pci)
+            named = _CAUSED_BY.search(message)
             if named is not None:  # newer drivers say which: "... caused by previous Xid 149"
-                code = int(named.group(1))
-                if prev is None or prev[0] != code:
-                    cause = cat.get(code)
-                    prev = (code, cause.severity, cause.action, t) if cause else (
-                        code, cat.unknown_severity, cat.unknown_action, t)
+                named_code = int(named.group(1))
+                if prev is None or prev[0] != named_code:
+                    cause = cat.get(named_code)
+                    prev = (named_code, cause.severity, cause.action, t) if cause else (
+                        named_code, cat.unknown_severity, cat.unknown_action, t)
             if prev is not None and (named is not None or t is None or prev[3] is None
                                      or abs(t - prev[3]) <= FOLLOW_WINDOW_S):
-                code, severity, action, _ = prev
-                attrs["follows"] = code
-                return severity, action, template + f": follows Xid {code}"
+                prev_code, severity, action, _ = prev
+                attrs["follows"] = prev_code
+                return severity, action, template + f": follows Xid {prev_code}"
             attrs["solo"] = True
             template += " (solo: NVIDIA's WORKFLOW_XID_45 says restart Fabric Manager)"
         if entry.app_caused and action.drains:
             action = Action.RESTART_APP
         if entry.app_caused:
             attrs["app_caused"] = True
-        if not entry.follows_previous and ev.code is not None:
-            self._last_xid[ev.pci] = (ev.code, severity, action, t)
+        if not entry.follows_previous and code is not None:
+            self._last_xid[pci] = (code, severity, action, t)
         return severity, action, template
 
-    def _sxid(self, ev: LogEvent, fields: dict[str, Any], attrs: dict[str, Scalar],
+    def _sxid(self, kind: str, code: int | None, fields: dict[str, Any], attrs: dict[str, Scalar],
               template: str) -> tuple[Severity, Action, str]:
         cat = self.sxid
-        fatal = _is_fatal(ev)
-        entry = cat.get(ev.code)
+        fatal = _is_fatal(attrs)
+        entry = cat.get(code)
         if entry is not None:
             fields["name"] = entry.name
             attrs["name"] = entry.name
-            if fatal is None and ev.kind == "sxid":  # a detail line of the same SXid burst
+            if fatal is None and kind == "sxid":  # a detail line of the same SXid burst
                 return Severity.INFO, Action.NONE, template + " (detail)"
             return entry.severity, entry.action, template
         attrs["unknown_code"] = True
         severity, action = cat.unknown_severity, cat.unknown_action
         if fatal and cat.fatal_severity is not None and cat.fatal_action is not None:
             severity, action = max(severity, cat.fatal_severity), max(action, cat.fatal_action)
-        elif fatal is None and ev.kind == "sxid":
+        elif fatal is None and kind == "sxid":
             severity, action = Severity.INFO, Action.NONE
         return severity, action, cat.unknown_message
 
@@ -249,20 +328,30 @@ class Aggregator:
         self.worst_action = Action.NONE
 
     def add(self, f: Finding) -> None:
+        name = f.attrs.get("name")
+        self.add_plan(GroupPlan((f.kind, f.code, f.pci or f.component, f.rule), f.severity,
+                                f.action, f.message, name if isinstance(name, str) else None),
+                      f.time, f.line_no, f.line)
+
+    def add_plan(self, plan: GroupPlan, t: datetime | None, line_no: int | None,
+                 line: str | bytes | None) -> None:
+        """One finding given by its group plan and where it was (what :meth:`add` does for a
+        Finding; an aggregating scan calls it directly for repeated messages, with the raw
+        line, decoded only when it becomes a group's example)."""
         self.total += 1
-        self.by_severity[f.severity] += 1
-        if f.action > self.worst_action:
-            self.worst_action = f.action
-        key = (f.kind, f.code, f.pci or f.component, f.rule)
-        g = self._groups.get(key)
-        t = f.time
+        severity, action = plan.severity, plan.action
+        self.by_severity[severity] += 1
+        if action > self.worst_action:
+            self.worst_action = action
+        g = self._groups.get(plan.key)
         if g is None:
             if len(self._groups) >= self.max_groups:
                 self.overflow += 1
                 return
-            name = f.attrs.get("name")
-            self._groups[key] = [1, t, t, f.line_no, f.line_no, f.message, (f.line or "").split("\n")[0],
-                                 f.severity, f.action, name if isinstance(name, str) else None]
+            if isinstance(line, bytes):
+                line = line.decode("utf-8", "replace")
+            self._groups[plan.key] = [1, t, t, line_no, line_no, plan.message,
+                                      (line or "").split("\n")[0], severity, action, plan.name]
             return
         g[0] += 1
         if t is not None:
@@ -270,11 +359,11 @@ class Aggregator:
                 g[1] = t
             if g[2] is None or t > g[2]:
                 g[2] = t
-        g[4] = f.line_no
-        if f.severity > g[7]:
-            g[7] = f.severity
-        if f.action > g[8]:
-            g[8] = f.action
+        g[4] = line_no
+        if severity > g[7]:
+            g[7] = severity
+        if action > g[8]:
+            g[8] = action
 
     @property
     def worst(self) -> Severity:

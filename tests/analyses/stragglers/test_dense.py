@@ -177,6 +177,13 @@ def test_bad_or_odd_bytes_are_left_to_the_general_path(tmp_path: Path, content: 
     assert read_matrix([path, path]) is None
 
 
+def test_a_footer_claiming_too_many_rows_is_not_allocated(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(_grid(), tmp_path / "t.parquet")
+    monkeypatch.setattr(ingest, "MAX_ROWS", 959)  # the file has 960
+    assert read_matrix([path]) is None
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ranks=st.integers(1, 9), steps=st.integers(1, 12), cut=st.integers(1, 40),
        where=st.integers(0, 10_000), how=st.sampled_from(["none", "swap", "drop", "dup", "value",

@@ -22,20 +22,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minutiae.analyses.stragglers.armodel import ArModel
 from minutiae.analyses.stragglers.calib import (
     MIN_SPIKE_STEPS,
     NOISE_FLOOR,
-    SPIKE_Z,
     design,
     infer_groups,
-    noise_sigma,
-    sigma_inflation,
 )
 from minutiae.analyses.stragglers.detect import SeriesDetector
 from minutiae.analyses.stragglers.floor import (
     DEFAULT_MIN_SLOWDOWN,
+    StartOffsets,
     above_floor,
     lag1,
+    own_offset,
     slowest,
     spread,
 )
@@ -54,6 +54,7 @@ from minutiae.analyses.stragglers.types import (
     StragglerReport,
     Suspect,
 )
+from minutiae.analyses.stragglers.whiten import NoiseFit, calibrate, inflate
 from minutiae.errors import DataError
 
 MIN_RANKS = 2
@@ -84,31 +85,16 @@ def _members(groups: np.ndarray) -> list[np.ndarray]:
     return [np.flatnonzero(groups == g) for g in range(int(groups.max()) + 1)]
 
 
-def _group_sigma(r: np.ndarray, groups: np.ndarray, members: list[np.ndarray],
-                 ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
-    """Per group: the noise of the warm-up log-ratios ``r`` and how many values it rests on (a
-    group with fewer than 30 values takes the pooled estimate); and (one-step spikes, values)
-    over the whole job for the spike model."""
-    pooled, n_all = noise_sigma(r)
-    if not np.isfinite(pooled):
-        pooled, n_all = NOISE_FLOOR, 0
-    sig = np.empty(len(members))
-    count = np.empty(len(members), dtype=np.int64)
-    for g, cols in enumerate(members):
-        v = r[:, cols]
-        s, n = noise_sigma(v) if np.isfinite(v).sum() >= 30 else (pooled, n_all)
-        if not np.isfinite(s):
-            s, n = pooled, n_all
-        sig[g], count[g] = max(s, NOISE_FLOOR), n
-    z = np.abs(r) / sig[groups]
-    finite = np.isfinite(z)
-    return sig, count, (int((z[finite] > SPIKE_Z).sum()), int(finite.sum()))
-
-
-def _inflate(sig: np.ndarray, count: np.ndarray, d: Design) -> np.ndarray:
-    """Each noise estimate times its ``sigma_inflation`` (thresholds hold on average over the
-    estimate's error)."""
-    return np.array([s * sigma_inflation(int(n), d.detectors) for s, n in zip(sig, count, strict=True)])
+def _series(noise: NoiseFit, groups: np.ndarray, d: Design, peers: PeerReference | None,
+            offset_se: np.ndarray, fallback: ArModel | None = None) -> SeriesDetector:
+    """The test of one timing series from its calibration: the innovations' noise inflated for
+    its own error, and the self-baseline's bias allowance (``BIAS_Z`` standard errors of the
+    offset, of which the innovations keep the model's ``passes``)."""
+    sig = inflate(noise.sigma, noise.count, d)
+    allowance = BIAS_Z * noise.model.passes() * offset_se / sig[groups]
+    tail = (noise.innovations / noise.sigma[groups[noise.cols]]).ravel()
+    return SeriesDetector(groups, sig, d, peers, allowance, noise.model,
+                          None if noise.model.white else noise.ratio_sigma, tail, fallback)
 
 
 def _group_max(x: np.ndarray, groups: np.ndarray, members: list[np.ndarray]) -> np.ndarray:
@@ -145,7 +131,9 @@ class StragglerAnalysis:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             self.warm_offset = np.nan_to_num(np.nanmedian(r_warm, axis=0))
-        sig, count, spikes = _group_sigma(r_warm, self.groups, self.members)
+        self.warm_steps = max(int(r_warm.shape[0]), 1)
+        noise = calibrate(r_warm, self.groups, self.members)
+        spikes = noise.spikes
         rpn = options.ranks_per_node or self._ranks_per_node(warm)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -167,33 +155,30 @@ class StragglerAnalysis:
                 f"warm-up: the fast test needs {m} steps at its clip to stay within "
                 f"{options.false_alarms} false alarms per 1,000 node-days (large slowdowns are "
                 f"found after {m} steps instead of {MIN_SPIKE_STEPS})")
-        sig = _inflate(sig, count, self.design)
-        self.noise = float(np.median(sig[self.groups]))
-        self.compute = SeriesDetector(self.groups, sig, self.design, self.peers,
-                                      BIAS_Z * self.peers.offset_error() / sig[self.groups])
+        self.compute = _series(noise, self.groups, self.design, self.peers,
+                               self.peers.offset_error())
+        self.noise = float(np.median(self.compute.sigma))
         self.nodes: SeriesDetector | None = None
         if self.layout is not None:
             assert node_warm is not None
             node_r = self.layout.medians(node_warm)
-            node_s, node_n = noise_sigma(node_r)
-            node_sigma = max(node_s * sigma_inflation(node_n, self.design.detectors),
-                             NOISE_FLOOR / 2)
+            one = np.zeros(len(self.layout.names), dtype=np.int64)
             off_se = self.peers.offset_error(node=True)
             node_se = np.array([off_se[idx].max() for idx in self.layout.members])
-            self.nodes = SeriesDetector(np.zeros(len(self.layout.names), dtype=np.int64),
-                                        np.array([node_sigma]), self.design,
-                                        allowance=BIAS_Z * node_se / node_sigma)
+            # a few nodes over the warm-up are too thin to fit a model of their own: the rank
+            # tests' model stands in until the job has given enough (``armodel.MIN_DIFFS``)
+            rank_model = self.compute.noise.model
+            self.nodes = _series(calibrate(node_r, one, [np.arange(one.size)], NOISE_FLOOR / 2,
+                                           rank_model), one, self.design, None, node_se,
+                                 rank_model)
         self.comm: SeriesDetector | None = None
         if warm.comm is not None:
             own = self._own_comm(warm)
             own_logx = log_times(own)
             self.comm_peers = PeerReference(self.groups, self._units(warm))
-            csig, ccount, _ = _group_sigma(self.comm_peers.fit(own_logx)[0], self.groups,
-                                           self.members)
-            csig = _inflate(csig, ccount, self.design)
-            self.comm = SeriesDetector(
-                self.groups, csig, self.design, self.comm_peers,
-                BIAS_Z * self.comm_peers.offset_error() / csig[self.groups])
+            cnoise = calibrate(self.comm_peers.fit(own_logx)[0], self.groups, self.members)
+            self.comm = _series(cnoise, self.groups, self.design, self.comm_peers,
+                                self.comm_peers.offset_error())
         self._job_level(warm)
 
     def _job_level(self, warm: TimingMatrix) -> None:
@@ -312,6 +297,24 @@ class StragglerAnalysis:
                     "the other rank got faster (not a suspect)")
         return keep
 
+    def _start_offsets(self, tested: int) -> StartOffsets:
+        """The spreads offsets present from the start are judged against, and the job's
+        node-days so far (its share of the false-alarm budget)."""
+        d = self.design
+        n = self.meta.ranks.size
+        node_days = tested * d.logged_every * d.step_seconds * n / d.ranks_per_node / 86_400.0
+        nodes = self.layout.names if self.layout is not None else []
+        return StartOffsets.of(spread(self.compute),
+                               spread(self.nodes) if self.nodes is not None else None,
+                               n, len(nodes), self.options.false_alarms, node_days)
+
+    def _offset_var(self) -> np.ndarray:
+        """Per rank, the variance of its warm-up offset's estimate (a median of the warm-up's
+        ratios: pi/2 x the variance of their mean, the AR part included)."""
+        n = self.warm_steps
+        noise = self.compute.noise
+        return np.pi / 2 * noise.ratio_sigma ** 2 * float(noise.model.sum_var(np.array(n))) / n ** 2
+
     def report(self) -> StragglerReport:
         steps = np.concatenate(self.steps_seen) if self.steps_seen else np.zeros(0, np.int64)
         total = float(np.nanmedian(self.total_medians)) if self.total_medians else float("nan")
@@ -335,10 +338,9 @@ class StragglerAnalysis:
         # the warm-up's last step number (a log keeping one step in N numbers them N apart)
         warm_end = int(steps[min(self.options.warmup, steps.size) - 1]) if steps.size else first
         suspects, below = above_floor(suspects, self.options.min_slowdown, warm_end,
-                                      spread(self.compute),
+                                      self._start_offsets(steps.size),
                                       still_slow(rows, index),
-                                      lambda s: float(np.median(
-                                          self.warm_offset[[index[r] for r in s.ranks]])))
+                                      own_offset(self.warm_offset, self._offset_var(), index))
         listed = slowest(self.meta, self.compute, comp_share, n,
                          {r for s in suspects for r in s.ranks}, self.rho)
         stopped = []

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 from scipy.special import betaincinv
@@ -135,6 +137,95 @@ def design(target_per_1000_node_days: float, step_seconds: float, ranks_per_node
         DetectorDesign("slow", SLOW_K, h_slow, SLOW_CLIP, per, 0),
     )
     return Design(target_per_1000_node_days, step_seconds, ranks_per_node, alpha, detectors, every)
+
+
+#: values of standardised innovations needed before their tail is trusted over the Gaussian's
+MIN_TAIL_VALUES = 500
+#: the grid the increments' MGF is taken on (a bin is ~0.002 sigma wide)
+TAIL_BINS = 4096
+_Q_X = np.linspace(-12.0, 12.0, 4801)
+_Q_W = np.exp(-_Q_X ** 2 / 2) / np.exp(-_Q_X ** 2 / 2).sum()
+
+
+def _root(mgf_minus_one: Callable[[float], float]) -> float:
+    """The positive root of an increasing-at-infinity convex function that is 0 at 0 and
+    negative just after it (the Cramer-Lundberg exponent); 0 when there is none below 50."""
+    lo, hi = 1e-6, 50.0
+    with np.errstate(over="ignore", invalid="ignore"):  # inf or NaN: far above the root
+        if mgf_minus_one(hi) < 0:
+            return 0.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if mgf_minus_one(mid) < 0 else (lo, mid)
+    return lo
+
+
+@functools.lru_cache(maxsize=256)
+def gaussian_exponent(k: float, clip: float) -> float:
+    """The exponent of a CUSUM (k, clip) on N(0, 1) increments (2k without the clip)."""
+    x = np.clip(_Q_X, -clip, clip) - k
+    return _root(lambda t: float(np.dot(_Q_W, np.exp(t * x))) - 1.0)
+
+
+def tail_threshold(d: DetectorDesign, z: np.ndarray) -> float:
+    """``d.h``, or more when the standardised innovations ``z`` (a sample of the test's own
+    values) have heavier tails than the Gaussian the design assumes (Student-t per-rank noise).
+
+    For i.i.d. increments ``x = clip(z) - k`` with mean ``-mu`` the CUSUM's in-control run
+    length is governed by the exponent ``theta``, the positive root of ``E[exp(theta x)] = 1``
+    (Cramer-Lundberg; Siegmund's formula is the Gaussian case, ``theta = 2k``, ``mu = k``):
+    ``ARL0 ~ (exp(theta b) - theta b - 1) / (theta mu)``, ``b = h + 1.166``. ``theta`` is
+    estimated from ``z`` within ``SPIKE_Z`` (one-step spikes beyond it are the other half of the
+    budget: ``spike_false_alarm_rate``); when it is below the Gaussian's (for the same clip) by more than two
+    standard errors, ``h`` is solved from that formula at the test's budget with the estimate
+    plus two standard errors; otherwise the Gaussian design stands (a sample never lowers a
+    threshold, and sampling noise in a Gaussian sample does not raise one)."""
+    z = z[np.abs(z) <= SPIKE_Z]  # (NaN compares False) spikes are the spike model's half
+    if z.size < MIN_TAIL_VALUES:
+        return d.h
+    # the clipped increments on a fine grid (their MGF is then a short dot product)
+    counts, edges = np.histogram(np.clip(z, -d.clip, d.clip), bins=TAIL_BINS,
+                                 range=(-d.clip, d.clip))
+    seen = counts > 0
+    p = counts[seen] / z.size
+    x = ((edges[:-1] + edges[1:]) / 2 - d.k)[seen]
+    mu = -float(np.dot(p, x))
+    theta = _root(lambda t: float(np.dot(p, np.exp(t * x))) - 1.0)
+    if not (mu > 0 and theta > 0):
+        return d.h
+    # the estimate's standard error (delta method on the empirical MGF): only tails heavier
+    # than the Gaussian's beyond two standard errors move the threshold, by what they show
+    with np.errstate(over="ignore"):
+        e = np.exp(theta * x)
+    sd = math.sqrt(max(float(np.dot(p, e * e)) - float(np.dot(p, e)) ** 2, 0.0))
+    se = sd / math.sqrt(z.size) / max(abs(float(np.dot(p, x * e))), 1e-12)
+    theta = theta + 2.0 * se
+    if not theta < gaussian_exponent(d.k, d.clip):
+        return d.h
+    target = 2.0 / d.alpha  # the Gaussian half of the test's share, as ``design``
+
+    def arl(h: float) -> float:
+        b = theta * (h + 1.166)
+        return (math.expm1(b) - b) / (theta * mu)
+
+    lo, hi = d.h, d.h
+    while arl(hi) < target and hi < 1e4:
+        hi *= 2.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if arl(mid) < target else (lo, mid)
+    return hi
+
+
+def tail_design(d: DetectorDesign, z: np.ndarray) -> DetectorDesign:
+    """``d`` with its threshold raised for the tails of ``z`` (``tail_threshold``). The clip
+    stays (a higher clip would let more of the tail in); a test set by its clip then needs
+    more steps at it (``steps_at_clip``): heavy tails cost large slowdowns a few steps."""
+    h = tail_threshold(d, z)
+    if h <= d.h:
+        return d
+    m = math.ceil(h / (d.clip - d.k) - 1e-9) if d.steps_at_clip else 0
+    return replace(d, h=h, steps_at_clip=m)
 
 
 def robust_sigma(values: np.ndarray) -> float:

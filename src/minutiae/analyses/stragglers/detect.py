@@ -21,9 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minutiae.analyses.stragglers.armodel import ArModel
 from minutiae.analyses.stragglers.medians import group_medians
 from minutiae.analyses.stragglers.prep import log_times
 from minutiae.analyses.stragglers.types import Design, Reference
+from minutiae.analyses.stragglers.whiten import NoiseState
 
 #: per-step log-ratio bounds used for the slowdown estimate (a 1-step 10x pause counts as e^1)
 R_LOW, R_HIGH = -0.5, 1.0
@@ -34,10 +36,9 @@ SHORT_BLOCK = 4
 SMALL_COLUMNS = 2048
 #: reference of the estimation-only CUSUM that dates large shifts (>= 6 sigma)
 ESTIMATOR_K = 3.0
-#: the last this many tested steps of every rank are kept (is a slowdown still there?)
+#: the last this many tested steps of every rank are kept (is a slowdown still there? and the
+#: noise model's refits)
 RECENT = 100
-
-
 def _spans(members: list[np.ndarray]) -> list[slice] | None:
     """Each group as one contiguous slice of columns, or None when they are not."""
     spans = []
@@ -184,8 +185,18 @@ class SeriesDetector:
 
     def __init__(self, groups: np.ndarray, sigma: np.ndarray, design: Design,
                  peers: Reference | None = None, allowance: np.ndarray | None = None,
-                 ) -> None:
+                 model: ArModel | None = None, ratio_sigma: np.ndarray | None = None,
+                 tail: np.ndarray | None = None, fallback: ArModel | None = None) -> None:
+        """``sigma``: per group, the scale of what the tests see (the innovations when
+        ``model`` has an AR part, the ratios otherwise); ``ratio_sigma``: per group, the
+        ratios' own scale (for the slowdown's interval; default ``sigma``); ``tail``: a
+        sample of the values the tests will see, on the scale of their measured noise (their
+        tails, not their scale, may raise the thresholds: ``calib.tail_design``); ``fallback``:
+        set when the series may be too thin to refit alone (the node test: ``armodel.fit``)."""
         self.peers = peers
+        rs = sigma if ratio_sigma is None else ratio_sigma
+        self.noise = NoiseState(model or ArModel(), rs[groups.astype(np.int64)].astype(np.float64),
+                                design, tail, fallback)
         # per-column bias allowance subtracted from z (a self-baseline's offset uncertainty)
         self.allowance = (None if allowance is None or not np.any(allowance)
                           else allowance.astype(np.float32))
@@ -194,7 +205,7 @@ class SeriesDetector:
         self.members = [np.flatnonzero(self.groups == g) for g in range(ng)]
         self.sigma = sigma[self.groups].astype(np.float32)
         n = groups.size
-        self.tests = [_Cusum(n, d.k, d.clip, d.h) for d in design.detectors]
+        self.tests = [_Cusum(n, d.k, d.clip, d.h) for d in self.noise.designs]
         self.estimator = _Cusum(n, ESTIMATOR_K, ESTIMATOR_K + 4.0, float("inf"))
         self.alarm_step = np.full(n, -1, dtype=np.int64)
         self.alarm_since = np.full(n, -1, dtype=np.int64)
@@ -229,12 +240,27 @@ class SeriesDetector:
         return r
 
     def update_ratio(self, r: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        """Test log-ratios ``r`` (modified in place); returns the columns newly alarmed."""
+        """Test log-ratios ``r`` (modified in place); returns the columns newly alarmed. The
+        noise model is refitted as the job runs (``whiten.NoiseState``), between steps fixed
+        by the count of steps tested, so any split into blocks gives the same answer."""
+        new = []
+        start = 0
+        while start < r.shape[0]:
+            stop = min(r.shape[0], start + self.noise.until_refit())
+            new.append(self._update(r[start:stop], steps[start:stop]))
+            if self.noise.tested(stop - start):
+                self.sigma *= np.float32(self.noise.refit(self.recent_rows(), self.alarm_step < 0))
+                for t, d in zip(self.tests, self.noise.designs, strict=True):
+                    t.h = d.h
+            start = stop
+        return np.concatenate(new) if len(new) != 1 else new[0]
+
+    def _update(self, r: np.ndarray, steps: np.ndarray) -> np.ndarray:
         ok = np.isfinite(r)
         missing: np.ndarray | None = None if ok.all() else ~ok
         if missing is not None:
             np.copyto(r, np.float32(0.0), where=missing)
-        z = r / self.sigma
+        z = self.noise.innovations(r, missing) / self.sigma
         if self.allowance is not None:
             z -= self.allowance
         np.maximum(r, R_LOW, out=r)
@@ -300,13 +326,22 @@ class SeriesDetector:
             self.alarm_sums[1, old] += cum_n[-1, old]
         for (stat, last, acc_r, acc_n), t in zip(runs, tests, strict=True):
             t.carry(stat, last, acc_r, acc_n, steps)
+        self._seen(r, steps, ok, missing)
+        return new
+
+    def _seen(self, r: np.ndarray, steps: np.ndarray, ok: np.ndarray,
+              missing: np.ndarray | None) -> None:
+        """After a block: its ratios into the noise model's variogram (a rank's rows from its
+        alarm on are not noise any more) and each rank's last step with a value."""
+        gone = self.alarm_step >= 0
+        self.noise.add(r, missing,
+                       (steps[:, None] >= self.alarm_step[None, :]) & gone if gone.any() else None)
         if missing is None:
             self.last_step[:] = steps[-1]
         else:
             seen = ok.any(axis=0)
-            last_ok = n_steps - 1 - ok[::-1].argmax(axis=0)
+            last_ok = steps.size - 1 - ok[::-1].argmax(axis=0)
             self.last_step[seen] = steps[last_ok[seen]]
-        return new
 
     @staticmethod
     def _excursion(t: _Cusum, stat: np.ndarray, ta: np.ndarray, sel: np.ndarray,
@@ -336,12 +371,13 @@ class SeriesDetector:
         return np.roll(self.recent, -self._recent_at, axis=0)
 
     def alarms(self) -> Alarms:
-        """The standard error of the mean log-ratio is the rank's calibrated noise over
-        sqrt(steps since onset) (the per-step values are independent given the peer median)."""
+        """The standard error of the mean log-ratio since onset: the rank's ratio noise over
+        sqrt(steps) when steps are independent given the peer median, widened by the AR part
+        of the noise model (``ArModel.sum_var``) when there is one."""
         idx = np.flatnonzero(self.alarm_step >= 0)
         total, cnt = self.alarm_sums[:, idx]
         n = np.maximum(cnt, 1)
-        se = self.sigma[idx].astype(np.float64) / np.sqrt(n)
+        se = self.noise.mean_se(idx, n)
         return Alarms(idx, self.alarm_since[idx], self.alarm_step[idx], self.alarm_det[idx],
                       self.alarm_score[idx], total / n, se, self.alarm_peak[idx])
 

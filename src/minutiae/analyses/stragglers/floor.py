@@ -12,19 +12,19 @@ every step tested, with what they cost the job, for the replace-or-not question.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtri
 
 from minutiae.analyses.stragglers.detect import SeriesDetector
 from minutiae.analyses.stragglers.locate import RankMeta
-from minutiae.analyses.stragglers.types import SlowGpu, Suspect
+from minutiae.analyses.stragglers.types import Scope, SlowGpu, Suspect
 
 DEFAULT_MIN_SLOWDOWN = 0.03
 #: a suspect's point estimate must reach this share of the floor (its interval the floor)
 KEEP_SHARE = 0.8
 SLOWEST_LISTED = 10
-#: spreads of the job's GPU-to-GPU offsets an offset present from the start must reach
-SPREAD_Z = 4.0
 #: suspects below NEAR floors must still be slower by STILL_SHARE of the floor at the end
 NEAR = 2.0
 STILL_SHARE = 0.5
@@ -37,46 +37,96 @@ def size(s: Suspect) -> float:
 
 
 def spread(det: SeriesDetector) -> float:
-    """The job's GPU-to-GPU spread: 1.4826 x MAD across ranks of each rank's mean log-ratio
-    over every step tested (the silicon lottery plus what noise leaves in a mean)."""
+    """The spread of a test's units (the GPUs', or the nodes' for the node test): 1.4826 x MAD
+    across them of each one's mean log-ratio over every step tested (the silicon lottery plus
+    what noise leaves in a mean)."""
     ok = det.total_n >= 1
     m = det.total_r[ok] / det.total_n[ok]
     return float(1.4826 * np.median(np.abs(m - np.median(m)))) if m.size >= 8 else 0.0
 
 
+def own_offset(warm: np.ndarray, var: np.ndarray, index: dict[int, int],
+               ) -> Callable[[Suspect], float]:
+    """A suspect's offset in its own warm-up (the median over its ranks), for judging what is
+    new. A positive offset counts in full (what a GPU already had is never blamed on it). A
+    negative one (it was faster) is credited only as far as the job's ranks have persistent
+    offsets at all: shrunk by ``tau^2 / (tau^2 + var)``, ``tau^2`` the spread of the warm-up
+    offsets across ranks less what their estimates' own noise ``var`` explains (empirical
+    Bayes). Without a lottery a warm-up that happened to run fast is noise, and a 2 % fault
+    stays a 2 % fault; with a 0.7 % lottery most of a GPU's head start is real."""
+    mad = 1.4826 * float(np.median(np.abs(warm - np.median(warm)))) if warm.size else 0.0
+    tau2 = max(mad * mad - float(np.median(var)) if var.size else 0.0, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shrink = np.where(tau2 + var > 0, tau2 / (tau2 + var), 0.0)
+    credit = np.where(warm > 0, warm, warm * shrink)
+    return lambda s: float(np.median(credit[[index[r] for r in s.ranks]]))
+
+
+@dataclass(frozen=True, slots=True)
+class StartOffsets:
+    """What offsets present since the data starts reach in this job without a fault: the
+    spread of the GPUs' (``gpu``) and nodes' (``node``) mean ratios over every step tested,
+    and how many spreads the largest of ``gpus`` (``nodes``) normal offsets passes with
+    probability ``p`` (the job's share of the false-alarm budget: ``budget``)."""
+
+    gpu: float
+    node: float | None
+    gpus: int
+    nodes: int
+    p: float
+
+    @staticmethod
+    def of(gpu: float, node: float | None, gpus: int, nodes: int, per_1000_node_days: float,
+           node_days: float) -> StartOffsets:
+        """``per_1000_node_days``: the false-alarm target; ``node_days``: the data's."""
+        return StartOffsets(gpu, node, gpus, nodes,
+                            min(0.5, per_1000_node_days / 1000.0 * max(node_days, 1e-9)))
+
+    def need(self, s: Suspect, floor: float) -> float:
+        """The slowdown a suspect present from the start must reach: the floor, and the tail
+        of its kind's offsets (a node against the nodes' spread, a GPU against the GPUs')."""
+        node = s.scope is Scope.NODE and self.node is not None
+        spread, units = (self.node, self.nodes) if node else (self.gpu, self.gpus)
+        z = float(ndtri(1.0 - self.p / max(units, 1)))
+        return max(floor, float(np.expm1(z * float(spread or 0.0))))
+
+
 def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
-                job_spread: float, still: Callable[[Suspect], float] | None = None,
+                start: StartOffsets, still: Callable[[Suspect], float] | None = None,
                 offset: Callable[[Suspect], float] | None = None,
                 ) -> tuple[list[Suspect], int]:
     """The suspects that reach the floor, and how many alarms did not.
 
     A slowdown present since the data starts (``since_step`` up to ``warm_end``, the last
-    warm-up step number) is also judged against the job's own GPU-to-GPU spread: it must reach
-    ``SPREAD_Z`` spreads (a 1 % lottery puts 1 GPU in 750 beyond 3 %; beyond 4 spreads, 1 in
-    30,000), so the lottery's tail is listed, not blamed, while a node or GPU slow from step 0
-    by more than that is found. A later one is judged on what is new: its size less
-    ``offset(s)``, the median ratio its ranks already had in the warm-up (a GPU 1.5 % behind by
-    its lottery and 2 % more by a wander is 2 % slower than it was). Within ``NEAR`` floors it
-    must still be slow: ``still(s)`` (its mean log-ratio over its last steps) at least
-    ``STILL_SHARE`` of the floor (a wandering GPU drifts to the floor and back; a faulty one
-    stays)."""
+    warm-up step number) is an offset like the lottery's: its estimate must reach what the
+    largest of the job's normal offsets reaches within the job's share of the false-alarm
+    budget (``StartOffsets.need``: with 1,024 GPUs and a 1 % spread, ~5.5 %), so the
+    lottery's tail is listed, not blamed, while a node or GPU slow from step 0 by more than
+    that is found. A later one is judged on what is new, against its own warm-up:
+    its size and interval less ``offset(s)``, the median ratio its ranks had in the warm-up (a
+    GPU 1.5 % behind by its lottery and 2 % more by a wander is 2 % slower than it was; one 1 %
+    ahead by its lottery that is now 2 % behind its peers is 3 % slower than it was). Within
+    ``NEAR`` floors it must still be slow: ``still(s)`` (its mean log-ratio over its last
+    steps) less that offset at least ``STILL_SHARE`` of the floor (a wandering GPU drifts to the
+    floor and back; a faulty one stays)."""
     if floor <= 0:
         return suspects, 0
 
     def ok(s: Suspect) -> bool:
         need = floor
         if s.since_step <= warm_end:
-            need = max(floor, float(np.expm1(SPREAD_Z * job_spread)))
-            return s.slowdown >= KEEP_SHARE * need and s.ci_high >= need
+            return s.slowdown >= start.need(s, floor)
         # a transient fault (a 30 % fail-slow for 20 minutes of a long job) averages out
         # below the floor after it ends: its size when found counts too
-        big = size(s)
-        if offset is not None:  # what it already had in the warm-up (its lottery) is not new
-            big = float(np.expm1(np.log1p(big) - max(offset(s), 0.0)))
+        # judged against its own warm-up: what it had then (its lottery, either way) is not
+        # new, and a GPU that was 1 % ahead and is now 2 % behind slowed by 3 %
+        shift = offset(s) if offset is not None else 0.0
+        big = float(np.expm1(np.log1p(size(s)) - shift))
+        high = float(np.expm1(np.log1p(s.ci_high) - shift))
         if still is not None and big < NEAR * need and not (
-                still(s) >= STILL_SHARE * float(np.log1p(floor))):
+                still(s) - shift >= STILL_SHARE * float(np.log1p(floor))):
             return False
-        return big >= KEEP_SHARE * need and max(s.ci_high, big) >= need
+        return big >= KEEP_SHARE * need and max(high, big) >= need
 
     keep = [s for s in suspects if ok(s)]
     return keep, len(suspects) - len(keep)

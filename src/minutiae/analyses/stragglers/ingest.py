@@ -33,6 +33,9 @@ __all__ = ["BLOCK_ROWS", "read_matrix"]
 
 #: rows handed to ``DenseGrid`` at a time (bounds the temporaries of its checks)
 BLOCK_ROWS = 1 << 20
+#: a Parquet footer claiming more rows than this (an 8 GB matrix) is left to the general path
+#: rather than allocated from what the footer says
+MAX_ROWS = 1 << 31
 
 
 def read_matrix(paths: list[Path]) -> TimingMatrix | None:
@@ -139,8 +142,10 @@ def _parquet_matrix(path: Path) -> TimingMatrix | None:
             if not plain_columns(names) or any(
                     _kind(pf.schema_arrow.field(c).type) not in _KINDS[c] for c in cols):
                 return None
-            grid = DenseGrid(pf.metadata.num_rows, pf.schema_arrow.field("seconds").type
-                             == pa.float64())
+            rows = pf.metadata.num_rows
+            if not 0 < rows <= MAX_ROWS:
+                return None
+            grid = DenseGrid(rows, pf.schema_arrow.field("seconds").type == pa.float64())
             codes = {c: _Codes() for c in keys}
             totals = _Totals()
             for b in pf.iter_batches(batch_size=BLOCK_ROWS, columns=cols, use_threads=False):
@@ -151,7 +156,7 @@ def _parquet_matrix(path: Path) -> TimingMatrix | None:
                 step, rank, sec = (b.column(c).to_numpy(zero_copy_only=False) for c in COLUMNS)
                 if not grid.feed(step, sec, [rank, *(codes[c].of(b.column(c)) for c in keys)]):
                     return None
-    except (pa.ArrowException, OSError, ValueError, KeyError):
+    except (pa.ArrowException, OSError, ValueError, KeyError, MemoryError):
         return None
     m = grid.matrix()
     if m is None or not totals.ok():

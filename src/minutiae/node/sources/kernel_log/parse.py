@@ -19,68 +19,55 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from minutiae.model.findings import LogEvent, Scalar
 from minutiae.node.sources.kernel_log.parse_prefix import Prefix, broadcast_body, split_prefix
+from minutiae.node.sources.kernel_log.pci import PCI_ANY, normalize_pci
 from minutiae.node.sources.kernel_log.prefilter import (
     BROADCAST,
     compile_prefilter,
     finder,
     prefilter_patterns,
 )
+from minutiae.node.sources.kernel_log.state import YEARLESS, ScanState, continuations
 from minutiae.rules.logs import PROVISIONAL_LINES, SPECIAL_GROUPS, LogRule, kernel_log_rules
 
-_YEARLESS = frozenset({"syslog", "broadcast"})
 BLOCK_LINES = 8192
 #: characters of a message the rule regexes look at (printk records are < 1 KiB)
 MAX_MESSAGE = 4096
 #: bytes of one line kept (the rest up to its newline is dropped): bounded memory on any input
 MAX_LINE = 1 << 20
-_PCI_ANY = re.compile(
-    r"(?<![0-9A-Fa-f:])(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
-    r"(?![0-9A-Fa-f])")
-_PCI_SHORT = re.compile(r"([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.([0-7]))?")
-_PCI_FULL = re.compile(r"(?:PCI:|pci:|\+pci:)?([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.([0-7]))?")
-
-
-def normalize_pci(text: str | None) -> str | None:
-    """``PCI:0000:44:00`` / ``00000000:44:00.0`` / ``44:00.0`` → ``0000:44:00.0``; else None."""
-    if not text:
-        return None
-    s = text.strip()
-    m = _PCI_FULL.fullmatch(s)
-    if m:
-        dom = int(m.group(1), 16)
-        if dom > 0xFFFF:
-            return None
-        return f"{dom:04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4) or '0'}"
-    m = _PCI_SHORT.fullmatch(s)
-    if m:
-        return f"0000:{m.group(1).lower()}:{m.group(2).lower()}.{m.group(3) or '0'}"
-    return None
-
-
 #: what a message's rule match gives every event of it: kind, message, code, pci, attrs
-_Memo = tuple[str, str, int | None, str | None, Mapping[str, Scalar]]
-
-__all__ = ["BROADCAST", "BLOCK_LINES", "MAX_LINE", "MAX_MESSAGE", "KernelLogParser", "normalize_pci",
-           "parse_bytes", "parse_chunks", "parse_lines", "parse_text", "prefilter_patterns"]
+Memo = tuple[str, str, int | None, str | None, Mapping[str, Scalar]]
 
 
-@dataclass
-class _State:
-    """What one scan carries across blocks."""
+_DIGITS = bytes.maketrans(b"0123456789", b"0000000000")
+_MISS: Memo = ("", "", None, None, {})  # not matched yet (a memo of None: no rule matches)
 
-    line_no: int = 0  # number of the first line of the next block (0-based count so far)
-    tail: list[bytes] = field(default_factory=list)  # last lines of the previous block
-    last_month: int = 0  # of the last yearless timestamp (syslog), to detect New Year
-    years_added: int = 0
-    held: LogEvent | None = None  # a provisional event (AER header) a following line may replace
+
+class Repeats(Protocol):
+    """A consumer that counts repeated single-line messages instead of taking their events."""
+
+    def take(self, buf: bytes, start: int, end: int, line_no: int, st: ScanState) -> bool:
+        """The hit line ``buf[start:end]`` before anything is done with it: True if taken."""
+
+    def offer(self, message: str, memo: Memo, pre: Prefix, line: str, line_no: int) -> bool:
+        """A message seen before, split and matched (``memo``): True if taken."""
+
+__all__ = ["BROADCAST", "BLOCK_LINES", "MAX_LINE", "MAX_MESSAGE", "KernelLogParser", "Memo",
+           "Repeats", "normalize_pci", "parse_bytes", "parse_chunks", "parse_lines", "parse_text",
+           "prefilter_patterns"]
 
 
 class KernelLogParser:
-    """A compiled rule set. ``year`` is used for prefixes without one (RFC 3164, broadcasts)."""
+    """A compiled rule set. ``year`` is used for prefixes without one (RFC 3164, broadcasts).
+
+    ``repeats``, when set, is offered each hit line first, then every single-line message seen
+    before (its rule match memoised) before an event is built for it: a consumer that only
+    counts (the aggregated table) takes them and no ``LogEvent`` is made. Not offered while a
+    provisional event is held, nor for lines with continuation lines or rules that join
+    earlier lines."""
 
     def __init__(self, rules: Sequence[LogRule] | None = None, *, year: int | None = None) -> None:
         self.rules: tuple[LogRule, ...] = tuple(kernel_log_rules() if rules is None else rules)
@@ -92,14 +79,18 @@ class KernelLogParser:
         for i, r in enumerate(self.rules):
             for k in r.keywords:
                 masks[k] = masks.get(k, 0) | (1 << i)
-        self._kw_masks = tuple(masks.items())
-        self._cands: dict[str, tuple[LogRule, ...]] = {}  # message → rules whose keywords it has
-        self._matches: dict[str, _Memo | None] = {}  # message → its event's fields; None: no rule
+        self._kw_plain = tuple((k, b) for k, b in masks.items() if not _has_digit(k))
+        self._kw_digits = tuple((k, b) for k, b in masks.items() if _has_digit(k))
+        self._shapes: dict[bytes, int] = {}  # message shape → its digitless keywords' rules
+        # keyword mask → rules (file order), and whether one of them joins earlier lines
+        self._cands: dict[int, tuple[tuple[LogRule, ...], bool]] = {}
+        self._matches: dict[str, Memo | None] = {}  # message → its event's fields; None: no rule
+        self.repeats: Repeats | None = None
 
     # -- entry points -------------------------------------------------------------------------
     def parse_chunks(self, chunks: Iterable[bytes]) -> Iterator[LogEvent]:
         """Bytes chunks (any split) → events; the chunks are re-split at line ends."""
-        st = _State()
+        st = ScanState()
         rest = b""
         skipping = False  # dropping the bytes of an over-long line up to its newline
         for chunk in chunks:
@@ -125,7 +116,7 @@ class KernelLogParser:
     def parse_lines(self, lines: Iterable[str]) -> Iterator[LogEvent]:
         """Lines (with or without their trailing newline; no newline inside) → events, in
         order, line numbers from 1."""
-        st = _State()
+        st = ScanState()
         block: list[str] = []
         for line in lines:
             block.append(line.rstrip("\n"))
@@ -138,22 +129,36 @@ class KernelLogParser:
             yield st.held
 
     # -- the scan -----------------------------------------------------------------------------
-    def _candidates(self, message: str) -> tuple[LogRule, ...]:
-        """The rules (file order) with a keyword in ``message``, memoised: fleet logs repeat."""
-        got = self._cands.get(message)
-        if got is None:
+    def _candidates(self, message: str) -> tuple[tuple[LogRule, ...], bool]:
+        """The rules (file order) with a keyword in ``message`` and whether one of them joins
+        earlier lines. Keywords without digits are looked for once per message *shape* (digits
+        masked): such a keyword is in every message of the same shape, and fleet logs vary in
+        their pids, addresses and counts, not their text; the few keywords with digits are
+        looked for each time."""
+        shape = message.encode("utf-8", "surrogatepass").translate(_DIGITS)  # 10x str.translate
+        mask = self._shapes.get(shape)
+        if mask is None:
             mask = 0
-            for k, bits in self._kw_masks:
+            for k, bits in self._kw_plain:
                 if k in message:
                     mask |= bits
-            got = tuple(r for i, r in enumerate(self.rules) if mask >> i & 1)
+            if len(self._shapes) >= 4096:
+                self._shapes.clear()
+            self._shapes[shape] = mask
+        for k, bits in self._kw_digits:
+            if k in message:
+                mask |= bits
+        got = self._cands.get(mask)
+        if got is None:
+            rules = tuple(r for i, r in enumerate(self.rules) if mask >> i & 1)
             if len(self._cands) >= 4096:
                 self._cands.clear()
-            self._cands[message] = got
+            got = self._cands[mask] = rules, any(r.join_back for r in rules)
         return got
 
-    def _scan_block(self, buf: bytes, st: _State) -> Iterator[LogEvent]:
+    def _scan_block(self, buf: bytes, st: ScanState) -> Iterator[LogEvent]:
         find = finder(self._prefilter)
+        take = self.repeats.take if self.repeats is not None else None
         n = len(buf)
         pos = 0
         counted = 0  # buffer offset up to which newlines are counted into ``line_no``
@@ -168,13 +173,13 @@ class KernelLogParser:
                 end = n
             line_no += buf.count(b"\n", counted, start)
             counted = start
-            conts: list[bytes] = []
-            nxt = end
-            while nxt + 1 < n and buf[nxt + 1] == 0x20:  # continuation lines start with a space
-                e = buf.find(b"\n", nxt + 1)
-                e = n if e < 0 else e
-                conts.append(buf[nxt + 1:e])
-                nxt = e
+            if end + 1 < n and buf[end + 1] == 0x20:  # continuation lines start with a space
+                conts, nxt = continuations(buf, end)
+            else:
+                if take is not None and st.held is None and take(buf, start, end, line_no + 1, st):
+                    pos = end + 1
+                    continue
+                conts, nxt = [], end
             ev, used = self._event(buf, start, end, conts, line_no + 1, st)
             if ev is not None:
                 yield from self._emit(ev, st)
@@ -192,16 +197,9 @@ class KernelLogParser:
             yield st.held
             st.held = None
         if self._max_back:
-            end = n - 1 if n and buf[-1] == 0x0A else n
-            lines: list[bytes] = []
-            while len(lines) < self._max_back and end > 0:
-                s = buf.rfind(b"\n", 0, end) + 1
-                lines.append(buf[s:end])
-                end = s - 1
-            lines.reverse()
-            st.tail = (st.tail + lines)[-self._max_back:]
+            st.keep_tail(buf, self._max_back)
 
-    def _emit(self, ev: LogEvent, st: _State) -> Iterator[LogEvent]:
+    def _emit(self, ev: LogEvent, st: ScanState) -> Iterator[LogEvent]:
         """``ev`` in order; a held provisional event first, unless ``ev`` (same kind, within
         ``PROVISIONAL_LINES`` lines, not provisional itself) replaces it."""
         held, st.held = st.held, None
@@ -214,26 +212,13 @@ class KernelLogParser:
         else:
             yield ev
 
-    def _before(self, buf: bytes, start: int, k: int, st: _State) -> list[bytes]:
-        """Up to ``k`` physical lines before offset ``start`` (oldest first)."""
-        out: list[bytes] = []
-        end = start - 1
-        while len(out) < k and end > 0:
-            s = buf.rfind(b"\n", 0, end) + 1
-            out.append(buf[s:end])
-            end = s - 1
-        if len(out) < k and end <= 0 and st.tail:
-            out.extend(reversed(st.tail[-(k - len(out)):]))
-        out.reverse()
-        return out
-
     def _event(self, buf: bytes, start: int, end: int, conts: list[bytes], line_no: int,
-               st: _State) -> tuple[LogEvent | None, bool]:
+               st: ScanState) -> tuple[LogEvent | None, bool]:
         """The event for the hit line (or None) and whether continuation lines were used."""
         line = _decode(buf[start:end])
         pre = split_prefix(line, year=self.year)
-        if pre.time is not None and pre.style in _YEARLESS:
-            pre = self._roll_year(pre, st)
+        if pre.time is not None and pre.style in YEARLESS:
+            pre = pre._replace(time=st.roll_year(pre.time))
         attrs: dict[str, Scalar] = {}
         used = False
         message = pre.message[:MAX_MESSAGE]  # the kernel caps a record at ~1 KiB: bound regex work
@@ -253,10 +238,11 @@ class KernelLogParser:
                 key, sep, value = _decode(c).strip().partition("=")
                 if sep and key.isupper() and len(key) <= 32:
                     attrs[key.lower()] = value
-        cands = self._candidates(message)
-        if not attrs and not any(r.join_back for r in cands):
-            return self._memo_event(cands, message, pre, line, line_no), used
-        for rule in cands:
+        if not attrs:
+            single, memo = self.match_single(message)
+            if single:
+                return self._memo_event(memo, message, pre, line, line_no, st), used
+        for rule in self._candidates(message)[0]:
             text, first_no, full = message, line_no, line
             if rule.join_back:
                 joined = self._join(buf, start, rule, st)
@@ -271,24 +257,9 @@ class KernelLogParser:
             return self._make(rule, m, pre, text, full, first_no, attrs), used
         return None, used
 
-    @staticmethod
-    def _roll_year(pre: Prefix, st: _State) -> Prefix:
-        """Yearless syslog times crossing New Year (Dec → Jan) move to the next year."""
-        assert pre.time is not None
-        month = pre.time.month
-        if st.last_month >= 11 and month <= 2:
-            st.years_added += 1
-        st.last_month = month
-        if not st.years_added:
-            return pre
-        try:
-            return replace(pre, time=pre.time.replace(year=pre.time.year + st.years_added))
-        except ValueError:  # 29 February
-            return pre
-
     def _join(self, buf: bytes, start: int, rule: LogRule,
-              st: _State) -> tuple[list[str], list[str]] | None:
-        prev = [_decode(b) for b in self._before(buf, start, rule.join_back, st)]
+              st: ScanState) -> tuple[list[str], list[str]] | None:
+        prev = [_decode(b) for b in st.before(buf, start, rule.join_back)]
         msgs = [split_prefix(p, year=self.year).message for p in prev]
         assert rule.join_start is not None
         for i in range(len(msgs) - 1, -1, -1):
@@ -296,39 +267,57 @@ class KernelLogParser:
                 return msgs[i:], prev[i:]
         return None
 
-    def _memo_event(self, cands: tuple[LogRule, ...], message: str, pre: Prefix, line: str,
-                    line_no: int) -> LogEvent | None:
-        """The event of a single-line message, its rule match memoised by message (a fleet log
-        repeats the same message thousands of times: one regex pass for all of them)."""
-        if message not in self._matches:
-            for rule in cands:
-                m = rule.pattern.search(message)
-                if m is not None:
-                    ev = self._make(rule, m, pre, message, line, line_no, {})
-                    self._remember(message, (ev.kind, ev.message, ev.code, ev.pci, ev.attrs))
-                    return ev
-            self._remember(message, None)
-            return None
-        memo = self._matches[message]
+    def match_single(self, message: str) -> tuple[bool, Memo | None]:
+        """The rule match of a single-line message, memoised by message (a fleet log repeats
+        the same message thousands of times: one regex pass for all of them): (True, its
+        event's fields, or None when no rule matches), or (False, None) when a rule that joins
+        earlier lines may apply."""
+        memo = self._matches.get(message, _MISS)
+        if memo is not _MISS:
+            return True, memo
+        cands, joins = self._candidates(message)
+        if joins:
+            return False, None
+        for rule in cands:
+            m = rule.pattern.search(message)
+            if m is not None:
+                memo = self._fields(rule, m, message, {})
+                break
+        else:
+            memo = None
+        if len(self._matches) >= 4096:
+            self._matches.clear()
+        self._matches[message] = memo
+        return True, memo
+
+    def _memo_event(self, memo: Memo | None, message: str, pre: Prefix, line: str,
+                    line_no: int, st: ScanState) -> LogEvent | None:
+        """The event of a single-line message (``repeats`` is offered it first)."""
         if memo is None:
             return None
+        if self.repeats is not None and st.held is None and self.repeats.offer(
+                message, memo, pre, line, line_no):
+            return None
+        return self._from_memo(memo, pre, line, line_no)
+
+    @staticmethod
+    def _from_memo(memo: Memo, pre: Prefix, line: str, line_no: int) -> LogEvent:
         kind, text, code, pci, base = memo
         attrs = dict(base)
         attrs["style"] = pre.style
         if pre.level:
             attrs["level"] = pre.level
-        else:
-            attrs.pop("level", None)
         return LogEvent(kind=kind, message=text, line=line, line_no=line_no, time=pre.time,
                         uptime_s=pre.uptime_s, code=code, pci=pci, host=pre.host, attrs=attrs)
 
-    def _remember(self, message: str, memo: _Memo | None) -> None:
-        if len(self._matches) >= 4096:
-            self._matches.clear()
-        self._matches[message] = memo
-
     def _make(self, rule: LogRule, m: re.Match[str], pre: Prefix, text: str, line: str,
               line_no: int, extra: dict[str, Scalar]) -> LogEvent:
+        return self._from_memo(self._fields(rule, m, text, extra), pre, line, line_no)
+
+    @staticmethod
+    def _fields(rule: LogRule, m: re.Match[str], text: str, extra: dict[str, Scalar]) -> Memo:
+        """What a rule's match says whatever the line's prefix: kind, message, code, PCI
+        address, attributes (without the prefix style and level)."""
         groups = m.groupdict()
         code: int | None = None
         raw_code = groups.get("code")
@@ -339,7 +328,7 @@ class KernelLogParser:
                 code = None
         pci = normalize_pci(groups.get("pci"))
         if pci is None:
-            pm = _PCI_ANY.search(text)
+            pm = PCI_ANY.search(text)
             pci = normalize_pci(pm.group(1)) if pm else None
         if pci is None and isinstance(extra.get("device"), str):
             pci = normalize_pci(str(extra["device"]))
@@ -349,13 +338,13 @@ class KernelLogParser:
             if name not in SPECIAL_GROUPS and value is not None:
                 attrs[name] = value
         attrs["rule"] = rule.id
-        attrs["style"] = pre.style
-        if pre.level:
-            attrs["level"] = pre.level
-        return LogEvent(
-            kind=rule.kind, message=text.strip(), line=line, line_no=line_no, time=pre.time,
-            uptime_s=pre.uptime_s, code=code, pci=pci, host=pre.host, attrs=attrs,
-        )
+        attrs.pop("style", None)
+        attrs.pop("level", None)
+        return rule.kind, text.strip(), code, pci, attrs
+
+
+def _has_digit(text: str) -> bool:
+    return any("0" <= c <= "9" for c in text)
 
 
 def _encode(text: str) -> bytes:

@@ -1,0 +1,264 @@
+"""Noise that is not independent from step to step, and the innovations the tests run on.
+
+A rank's peer log-ratio ``r`` is modelled as
+
+    r_t = offset + a_t + e_t,   a_t = phi a_{t-1} + innovation (AR(1): power capping, thermals)
+
+with ``e`` white (per-step jitter, per-node shared noise, Student-t tails) and ``offset`` a
+persistent per-GPU difference (the silicon lottery; ``floor.py`` judges it). The job-wide factor
+of each step cancels in the peer ratio. A one-sided CUSUM on ``r`` itself assumes independent
+steps; under AR(1) with phi 0.9-0.97 a wander of a few percent lasts tens of steps and looks
+like a shift to it (its long-run variance is ``(1 + phi) / (1 - phi)`` = 19-66x the AR part's
+variance), so thresholds set for independent noise do not hold their budget.
+
+What is done instead (pre-whitening): the steady-state Kalman filter of that model predicts
+each rank's next ratio from its own past; the tests run on the **innovations** ``r_t -
+prediction``, which are independent under the model, so Siegmund's thresholds hold again. A
+slowdown that starts at step t0 shows in full in the innovations at t0 and then fades to
+``passes`` of its size (the filter takes part of a lasting shift for wander): large shifts are
+found as fast as before, small ones later — the price of wander, paid only when the data shows
+wander (with no AR part the innovations are ``r`` itself and nothing changes).
+
+The model and its fit are ``armodel.py``; ``NoiseState`` carries one series' model, filter and
+variogram through the job and refits them as it runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from minutiae.analyses.stragglers.armodel import (
+    FIT_COLUMNS,
+    ArModel,
+    Variogram,
+    columns,
+    fit,
+    fit_rows,
+)
+from minutiae.analyses.stragglers.calib import (
+    NOISE_FLOOR,
+    SPIKE_Z,
+    noise_sigma,
+    sigma_inflation,
+    tail_design,
+)
+from minutiae.analyses.stragglers.types import Design, DetectorDesign
+
+#: the state is updated with innovations winsorised at this many noise sigmas (a GC pause or a
+#: checkpoint must not move a rank's predicted level)
+STATE_CLIP = 4.0
+
+
+#: rows a zero-state filter needs before its innovations are measured (``refit``)
+BURN_IN = 32
+
+
+def _innovations(z: np.ndarray, model: ArModel) -> tuple[np.ndarray, float]:
+    """The innovations of ``z`` (steps, ranks; NaN where missing) under ``model`` from a zero
+    state, less the first ``BURN_IN`` rows, and their robust scale."""
+    missing = ~np.isfinite(z)
+    filled = np.where(missing, np.float32(0.0), z).astype(np.float32)
+    nu = Whitener(model, np.ones(z.shape[1])).innovations(filled, missing if missing.any() else None)
+    nu[missing] = np.nan
+    nu = nu[BURN_IN:] if nu.shape[0] > 2 * BURN_IN else nu
+    return nu, noise_sigma(nu)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Refit:
+    """What a refit learns: the model, the factor the innovations' scale changes by, and a
+    sample of the standardised innovations (their tails set the thresholds:
+    ``calib.tail_design``)."""
+
+    model: ArModel
+    scale: float
+    tail: np.ndarray
+
+
+def refit(vg: Variogram, rows: np.ndarray, ratio_sigma: np.ndarray, keep: np.ndarray,
+          old: ArModel, fallback: ArModel | None = None) -> Refit | None:
+    """The model of the job's variogram so far, and the factor the innovations' scale changes
+    by: both models' innovations of the last ``rows`` (steps, ranks; NaN where missing) of the
+    ranks ``keep`` (from a zero state, the first ``BURN_IN`` rows dropped), measured, not
+    derived. None when too few ranks are left."""
+    cols = np.flatnonzero(keep)
+    cols = cols[::max(1, cols.size // FIT_COLUMNS)]
+    if cols.size < 2:
+        return None
+    z = rows[:, cols] / ratio_sigma[cols].astype(np.float32)
+    model = fit(*vg.values(), fallback=fallback)
+    if model.white and old.white:
+        model = old
+    nu, new_s = _innovations(z, model)
+    if not (np.isfinite(new_s) and new_s > 0):
+        return None
+    if model == old:
+        return Refit(old, 1.0, (nu / new_s).ravel())
+    _, old_s = _innovations(z, old)
+    if not (np.isfinite(old_s) and old_s > 0):
+        return None
+    return Refit(model, new_s / old_s, (nu / new_s).ravel())
+
+
+class Whitener:
+    """The steady-state Kalman filter of ``model`` over the ranks' ratios, state carried from
+    block to block (a one-step block and a whole file give the same innovations)."""
+
+    def __init__(self, model: ArModel, sigma: np.ndarray) -> None:
+        self.model = model
+        self.phi = np.float32(model.phi)
+        self.k = np.float32(model.gain())
+        self.level = np.zeros(sigma.size, dtype=np.float32)
+        self.clip = (STATE_CLIP * sigma * math.sqrt(max(model.a + model.w, 1e-6))).astype(np.float32)
+
+    def innovations(self, r: np.ndarray, missing: np.ndarray | None) -> np.ndarray:
+        """``r`` (steps, ranks; missing values 0) minus each rank's prediction; a missing value
+        has no innovation and only the prediction moves the state."""
+        if self.model.white:
+            return r.copy()
+        out = np.empty_like(r)
+        level = self.level
+        upd = np.empty_like(level)
+        for t in range(r.shape[0]):
+            level *= self.phi
+            row = out[t]
+            np.subtract(r[t], level, out=row)
+            if missing is not None:
+                np.copyto(row, np.float32(0.0), where=missing[t])
+            np.clip(row, -self.clip, self.clip, out=upd)
+            upd *= self.k
+            level += upd
+        return out
+
+
+def group_sigma(r: np.ndarray, groups: np.ndarray, members: list[np.ndarray],
+                floor: float = NOISE_FLOOR) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """Per group: the noise of ``r`` (steps, ranks), at least ``floor``, and how many values it
+    rests on (a group with fewer than 30 values takes the pooled estimate); and (one-step
+    spikes, values) over the whole job for the spike model."""
+    pooled, n_all = noise_sigma(r)
+    if not np.isfinite(pooled):
+        pooled, n_all = floor, 0
+    sig = np.empty(len(members))
+    count = np.empty(len(members), dtype=np.int64)
+    for g, cols in enumerate(members):
+        v = r[:, cols]
+        s, n = noise_sigma(v) if np.isfinite(v).sum() >= 30 else (pooled, n_all)
+        if not np.isfinite(s):
+            s, n = pooled, n_all
+        sig[g], count[g] = max(s, floor), n
+    z = np.abs(r) / sig[groups]
+    finite = np.isfinite(z)
+    return sig, count, (int((z[finite] > SPIKE_Z).sum()), int(finite.sum()))
+
+
+def inflate(sig: np.ndarray, count: np.ndarray, d: Design) -> np.ndarray:
+    """Each noise estimate times its ``sigma_inflation`` (thresholds hold on average over the
+    estimate's error)."""
+    return np.array([s * sigma_inflation(int(n), d.detectors) for s, n in zip(sig, count, strict=True)])
+
+
+@dataclass(frozen=True, slots=True)
+class NoiseFit:
+    """What calibration learns of one timing series: the ratios' scale per group
+    (``ratio_sigma``), the AR model fitted on them, and the innovations' scale per group
+    (``sigma``, before inflation), the values it rests on and the spikes seen among them."""
+
+    ratio_sigma: np.ndarray
+    model: ArModel
+    sigma: np.ndarray
+    count: np.ndarray
+    spikes: tuple[int, int]
+    #: a sample of the innovations (steps, pooled ranks) for their tails, and those ranks
+    innovations: np.ndarray
+    cols: np.ndarray
+
+
+def calibrate(r: np.ndarray, groups: np.ndarray, members: list[np.ndarray],
+              floor: float = NOISE_FLOOR, fallback: ArModel | None = None) -> NoiseFit:
+    """Fit the noise of the warm-up's ratios ``r`` (steps, ranks; NaN where missing): the
+    model on the standardised ratios (``fallback`` when they are too few: ``armodel.fit``),
+    then the scale of the innovations it leaves (measured, not derived from the model, so a
+    model that fits badly still gets honest thresholds)."""
+    ratio_sigma, count, spikes = group_sigma(r, groups, members, floor)
+    model = fit_rows(r / ratio_sigma[groups], fallback)
+    cols = columns(r.shape[1])
+    if model.white:
+        return NoiseFit(ratio_sigma, model, ratio_sigma, count, spikes, r[:, cols], cols)
+    missing = ~np.isfinite(r)
+    filled = np.where(missing, np.float32(0.0), r).astype(np.float32)
+    nu = Whitener(model, ratio_sigma[groups]).innovations(filled, missing if missing.any() else None)
+    nu[missing] = np.nan
+    sigma, count, spikes = group_sigma(nu, groups, members, floor)
+    return NoiseFit(ratio_sigma, model, sigma, count, spikes, nu[:, cols], cols)
+
+
+#: the noise model is refitted every this many tested steps, and every ``REFIT_LATER`` once that
+#: many were tested (the fit looks at the whole job so far: ``armodel.Variogram``)
+REFIT_EVERY, REFIT_LATER = 32, 128
+
+
+def next_refit(rows: int) -> int:
+    """The tested-step count of the first refit after ``rows`` tested steps."""
+    if rows < REFIT_LATER:
+        return (rows // REFIT_EVERY + 1) * REFIT_EVERY
+    return (rows // REFIT_LATER + 1) * REFIT_LATER
+
+
+class NoiseState:
+    """One series' noise as the job runs: its model, the filter whose innovations the tests
+    see, the variogram it is refitted on, and the tests' designs (thresholds raised for heavy
+    tails: ``calib.tail_design``). ``ratio_sigma``: per column, the ratios' scale."""
+
+    def __init__(self, model: ArModel, ratio_sigma: np.ndarray, design: Design,
+                 tail: np.ndarray | None, fallback: ArModel | None = None) -> None:
+        self.model = model
+        self.fallback = fallback
+        self.ratio_sigma = ratio_sigma
+        self.design = design
+        self.whitener = None if model.white else Whitener(model, ratio_sigma)
+        self.variogram = Variogram(columns(ratio_sigma.size))
+        self.designs: list[DetectorDesign] = [
+            d if tail is None else tail_design(d, tail) for d in design.detectors]
+        self.rows = 0
+
+    def innovations(self, r: np.ndarray, missing: np.ndarray | None) -> np.ndarray:
+        return r if self.whitener is None else self.whitener.innovations(r, missing)
+
+    def add(self, r: np.ndarray, missing: np.ndarray | None, gone: np.ndarray | None) -> None:
+        self.variogram.add(r, self.ratio_sigma, missing, gone)
+
+    def until_refit(self) -> int:
+        """Tested steps left before the next refit (a block is cut there, so any split of the
+        steps into blocks gives the same answer)."""
+        return next_refit(self.rows) - self.rows
+
+    def tested(self, n: int) -> bool:
+        """Count ``n`` more tested steps; True when a refit is due now."""
+        self.rows += n
+        return self.rows == next_refit(self.rows - 1)
+
+    def refit(self, recent: np.ndarray, keep: np.ndarray) -> float:
+        """Refit on the job so far (``refit``; ``recent``: the last tested ratios, ``keep``: the
+        ranks that have not alarmed); the factor the innovations' scale moved by."""
+        new = refit(self.variogram, recent, self.ratio_sigma, keep, self.model,
+                    None if self.fallback is None else self.model)
+        if new is None:
+            return 1.0
+        self.designs = [tail_design(d, new.tail) for d in self.design.detectors]
+        if new.model == self.model:
+            return 1.0
+        level = None if self.whitener is None else self.whitener.level
+        self.model = new.model
+        self.whitener = None if new.model.white else Whitener(new.model, self.ratio_sigma)
+        if self.whitener is not None and level is not None:
+            self.whitener.level = level
+        return new.scale
+
+    def mean_se(self, cols: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Standard error of the mean ratio of ``n`` consecutive steps of the ranks ``cols``:
+        the ratio noise over sqrt(n) when steps are independent, widened by the AR part."""
+        return np.asarray(self.ratio_sigma[cols] * np.sqrt(self.model.sum_var(n)) / n)

@@ -1,0 +1,31 @@
+"""PCI addresses as kernel-log lines write them, normalised to ``0000:44:00.0`` (pure)."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["PCI_ANY", "normalize_pci"]
+
+#: a PCI address anywhere in a message (``PCI:0000:44:00``, ``0000:44:00.0``, ``00000000:44:00.0``)
+PCI_ANY = re.compile(
+    r"(?<![0-9A-Fa-f:])(?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+    r"(?![0-9A-Fa-f])")
+_PCI_SHORT = re.compile(r"([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.([0-7]))?")
+_PCI_FULL = re.compile(r"(?:PCI:|pci:|\+pci:)?([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.([0-7]))?")
+
+
+def normalize_pci(text: str | None) -> str | None:
+    """``PCI:0000:44:00`` / ``00000000:44:00.0`` / ``44:00.0`` → ``0000:44:00.0``; else None."""
+    if not text:
+        return None
+    s = text.strip()
+    m = _PCI_FULL.fullmatch(s)
+    if m:
+        dom = int(m.group(1), 16)
+        if dom > 0xFFFF:
+            return None
+        return f"{dom:04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4) or '0'}"
+    m = _PCI_SHORT.fullmatch(s)
+    if m:
+        return f"0000:{m.group(1).lower()}:{m.group(2).lower()}.{m.group(3) or '0'}"
+    return None
