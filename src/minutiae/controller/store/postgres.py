@@ -92,13 +92,13 @@ _SEQ_OVERLAP = 1000
 #: are either reports or heartbeats, so the two parts never touch one row.
 _SAVE = (
     "WITH up AS (INSERT INTO nodes(node, received, report, domains, digest, writer) "
-    "SELECT u.*, ? FROM unnest(?::text[], ?::float8[], ?::text[], ?::text[], ?::text[]) "
+    "SELECT u.*, ? FROM unnest(%b::text[], %b::float8[], %b::text[], %b::text[], %b::text[]) "
     "AS u(node, received, report, domains, digest) ORDER BY u.node "
     "ON CONFLICT(node) DO UPDATE SET received=excluded.received, report=excluded.report, "
     "domains=excluded.domains, digest=excluded.digest, seq=nextval('nodes_seq'), "
     "writer=excluded.writer WHERE nodes.received <= excluded.received RETURNING 1), "
     "re AS (UPDATE nodes SET received=b.t, seq=nextval('nodes_seq'), writer=? "
-    "FROM unnest(?::text[], ?::float8[]) AS b(node, t) "
+    "FROM unnest(%b::text[], %b::float8[]) AS b(node, t) "
     "WHERE nodes.node=b.node AND nodes.received < b.t RETURNING 1) "
     "SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM re), "
     "CASE WHEN ? THEN pg_notify('minutiae_reports', ?) END")
