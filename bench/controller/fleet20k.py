@@ -348,7 +348,7 @@ def project(pg: dict[str, float] | None) -> None:
           f"{BEATS_S * hb:.1f} cores for the heartbeats, {BURST_S * fr:.1f} for a burst; at "
           f"the {med['heartbeats/rate']:,.0f} / {med['full reports/rate']:,.0f} reports/s "
           f"measured per replica (p99 {1e3 * med['heartbeats/p99']:.0f} / "
-          f"{1e3 * med['full reports/p99']:.0f} ms) that is {reps:.1f} replicas (rounded up: "
+          f"{1e3 * med['full reports/p99']:.0f} ms) that is {reps:.2f} replicas (rounded up: "
           f"{-int(-reps // 1)}); PostgreSQL {1e6 * med['heartbeats/pg_per']:.0f} / "
           f"{1e6 * med['full reports/pg_per']:.0f} us CPU per heartbeat / full report -> "
           f"{BEATS_S * med['heartbeats/pg_per']:.1f} cores at {BEATS_S:,.0f}/s; memory "
