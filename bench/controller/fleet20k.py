@@ -161,10 +161,13 @@ def measure(reps: list[ServeProcess], bodies: list[list[bytes]], k: int, rate: f
 def run(label: str, store_args: list[list[str]], nodes: int, a: argparse.Namespace,
         tmp: Path, src: str | None = None) -> dict[str, float]:
     env = {"MINUTIAE_LOG_JSON": "0", **({"PYTHONPATH": src} if src else {})}
-    reps = [ServeProcess(tmp / f"{label[:12].replace(' ', '_')}-{k}", TOKEN, *sa, "--backend",
-                         "dry-run", "--interval", "2", env=env).start()
-            for k, sa in enumerate(store_args)]
-    try:
+    reps: list[ServeProcess] = []
+    try:   # a replica that fails to start stops the ones already up (none is left behind
+        # holding the leader lock)
+        for k, sa in enumerate(store_args):
+            reps.append(ServeProcess(tmp / f"{label[:12].replace(' ', '_')}-{k}", TOKEN, *sa,
+                                     "--backend", "dry-run", "--interval", "2", env=env))
+            reps[-1].start(timeout_s=120.0)
         base = [rss_mb(r) for r in reps]
         beats = seed(reps, nodes)
         full = [[json.dumps(report(i)).encode() for i in range(nodes) if i % len(reps) == k]
