@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from minutiae.model.vocab import Action, Severity, Status
 from minutiae.node.check import CheckConfig, run_check
 from minutiae.node.sources.dcgm.parse import parse_dcgm
@@ -103,3 +105,86 @@ def test_last_xid_field_through_the_catalog(tmp_path: Path) -> None:
     r = _check(tmp_path, text)
     ((code, sev, action, rule),) = _xids(r)
     assert (code, rule) == (48, "gpu.dcgm-last-xid") and action.drains and sev >= Severity.ERROR
+
+
+# -- more exporter versions and GPU families (README: each file's thread) -----------------------
+
+def test_h100_node_with_one_mig_gpu_and_redacted_uuids() -> None:
+    """dcgm-exporter#512: 8x H100 80GB HBM3, GPU 0 in MIG 3g.40gb x2, the others whole; the
+    reporter masked every UUID as GPU-********, so GPUs must be told apart by PCI address."""
+    v = _values((DATA / "h100-hbm3-mig-and-full-redacted.prom").read_text())
+    gpus = {c: m for c, m in v.items() if c.startswith("gpu:")}
+    assert sorted(gpus) == ["gpu:0000:1a:00.0", "gpu:0000:40:00.0", "gpu:0000:53:00.0",
+                            "gpu:0000:66:00.0"]
+    assert gpus["gpu:0000:1a:00.0"]["mig_instances"] == 2
+    assert all("mig_instances" not in m for c, m in gpus.items() if c != "gpu:0000:1a:00.0")
+    assert v["node"]["gpu_count"] == 4 and v["node"]["driver_version"] == "535.129.03"
+
+
+def test_mig_instances_with_pod_labels_and_float_values() -> None:
+    v = _values((DATA / "h100-hbm3-mig-1g-prof.prom").read_text())
+    assert v["gpu:0000:1a:00.0"]["mig_instances"] == 3
+    assert v["gpu:0000:1a:00.0"]["name"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_a_pci_domain_other_than_zero() -> None:
+    """A VM's GPU on PCI domain 1 (kubernetes-sigs/dra-driver-nvidia-gpu#166, A100 80GB PCIe,
+    MIG 1g.10gb, driver 560.35.03)."""
+    v = _values((DATA / "a100-pcie-mig-1g-pci-domain1.prom").read_text())
+    assert set(v) == {"gpu:0001:00:00.0", "node"}
+    assert v["gpu:0001:00:00.0"]["mig_instances"] == 3
+
+
+def test_an_older_exporter_without_pci_labels() -> None:
+    """dcgm-exporter#250 (2022, main): 4x V100-SXM2, no pci_bus_id label, counters typed
+    'counter' without the _total suffix, float values printed %f."""
+    v = _values((DATA / "v100-sxm2-no-pci-label.prom").read_text())
+    assert {c: m["pcie_replay"] for c, m in v.items() if c.startswith("gpu:")} == {
+        "gpu:nvidia0": 0, "gpu:nvidia1": 0, "gpu:nvidia2": 0, "gpu:nvidia3": 0}
+    assert v["node"]["gpu_count"] == 4
+
+
+@pytest.mark.parametrize("name, status", [
+    ("v100-sxm2-no-pci-label.prom", Status.OK),
+    ("a30-mig-mixed-rtx2000ada.prom", Status.OK),
+    # only utilisation/clock/memory fields: nothing measured that says healthy or not
+    ("l40s-prof-pod-labels.prom", Status.UNKNOWN),
+    ("h100-hbm3-mig-1g-prof.prom", Status.UNKNOWN),
+    ("a100-pcie-mig-1g-pci-domain1.prom", Status.UNKNOWN),
+    ("a100-80gb-mig-7g.prom", Status.UNKNOWN),
+    ("h100-hbm3-mig-and-full-redacted.prom", Status.UNKNOWN),
+])
+def test_every_real_scrape_through_check(tmp_path: Path, name: str, status: Status) -> None:
+    r = _check(tmp_path, (DATA / name).read_text())
+    assert r.status is status, (r.status, r.reason)
+    if status is Status.UNKNOWN:
+        assert r.reason is not None and "no health field" in r.reason
+
+
+# dcgm-exporter's health collector (gpu_health_collector.go: one sample per GPU and watch,
+# labels health_watch / health_error_code, value DCGM's result 0/10/20); values ours.
+def _health(watches: dict[str, tuple[int, str]]) -> str:
+    lines = ["# TYPE DCGM_EXP_GPU_HEALTH_STATUS gauge"]
+    for watch, (value, code) in watches.items():
+        lines.append(f'DCGM_EXP_GPU_HEALTH_STATUS{{{L},health_watch="{watch}",'
+                     f'health_error_code="{code}"}} {value}')
+    return "\n".join(lines) + "\n"
+
+
+def test_dcgm_health_all_pass_is_ok(tmp_path: Path) -> None:
+    r = _check(tmp_path, _health({w: (0, "DCGM_FR_OK") for w in ("PCIE", "NVLINK", "MEM", "SM")}))
+    assert r.status is Status.OK and not r.findings
+
+
+def test_dcgm_health_fail_drains_naming_the_watch(tmp_path: Path) -> None:
+    r = _check(tmp_path, _health({"PCIE": (0, "DCGM_FR_OK"),
+                                  "MEM": (20, "DCGM_FR_VOLATILE_DBE_DETECTED")}))
+    ((f,),) = [[f for f in r.findings if f.kind == "dcgm_health"]]
+    assert (f.rule, f.severity, f.action) == ("gpu.dcgm-health-fail", Severity.ERROR, Action.INSPECT)
+    assert "MEM: DCGM_FR_VOLATILE_DBE_DETECTED" in f.message and r.status is Status.CRITICAL
+
+
+def test_dcgm_health_warn_warns(tmp_path: Path) -> None:
+    r = _check(tmp_path, _health({"PCIE": (10, "DCGM_FR_PCI_REPLAY_RATE"), "MEM": (0, "DCGM_FR_OK")}))
+    assert [(f.rule, f.severity) for f in r.findings] == [("gpu.dcgm-health-warn", Severity.WARNING)]
+    assert r.status is Status.WARNING

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,59 @@ def test_down_while_linkup_is_judged_one_shot_warning(tmp_path: Path,
     out = capsys.readouterr().out
     assert rc == 1, out  # docs/check.md: a pending port-down exits WARNING in a one-shot check
     assert "pending" in out and "mlx5_0/1: port state DOWN" in out and "all checks passed" not in out
+
+
+# docs/check.md's table of IB port rules and one-shot exit codes, on every real capture
+@pytest.mark.parametrize("name, rc", [
+    ("ibstat.39.0.a100.failed.ibpanic.exit-255.0", 3),
+    ("ibstat.47.0.a100.all.active.0", 0),
+    ("ibstat.47.0.all.active.0", 0),
+    ("ibstat.47.0.all.active.1", 0),
+    ("ibstat.47.0.h100.all.active.1", 0),
+    ("ibstat.47.0.h100.all.active.2", 0),
+    ("ibstat.47.0.some.down.0", 0),          # three Ethernet ports Disabled: info only
+    ("ibstat.47.0.some.down.1", 0),          # two Disabled: info only
+    ("ibstat.47.0.h100.some.down.with.polling.1", 1),  # RoCE node, a fabric port Polling
+    ("ibstatus.39.0.a100.all.active.0", 0),  # its 40 Gb/s Ethernet port is not "degraded"
+])
+def test_one_shot_exit_codes_of_the_real_captures(realdata: Path, name: str, rc: int,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from minutiae.cli.main import main
+
+    path = realdata / "infiniband" / "gpud" / name
+    got = main(["check", "--json", "--no-nvml", "--checks", "ib", "--ibstat", str(path)])
+    doc = json.loads(capsys.readouterr().out)
+    assert got == rc, doc["checks"]
+    kinds = {f["kind"] for c in doc["checks"] for f in c["findings"]}
+    assert "ib_rate_degraded" not in kinds
+    if name.startswith("ibstat.47.0.some.down"):
+        assert kinds == {"ib_port_disabled"}
+
+
+def _one_shot(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
+    from minutiae.cli.main import main
+
+    f = tmp_path / "ibstat.txt"
+    f.write_text(text)
+    rc = main(["check", "--json", "--no-nvml", "--checks", "ib", "--ibstat", str(f)])
+    doc = json.loads(capsys.readouterr().out)
+    return rc, [n.split(":")[0] for n in doc["notes"]] + [
+        f"{f['rule']} {f['severity']}" for c in doc["checks"] for f in c["findings"]]
+
+
+def test_an_ethernet_port_beside_infiniband_ports_never_drains(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    eth = DOWN_LINKUP.replace("mlx5_0", "mlx5_9").replace("Link layer: InfiniBand", "Link layer: Ethernet")
+    up = DOWN_LINKUP.replace("State: Down", "State: Active")
+    rc, what = _one_shot(tmp_path, up + eth, capsys)
+    assert rc == 0 and what == ["pending ib.frontend-port-down"], what
+    # the same down port on the InfiniBand fabric
+    rc, what = _one_shot(tmp_path, up.replace("mlx5_0", "mlx5_9") + DOWN_LINKUP, capsys)
+    assert rc == 1 and "ib.port-down warning" in what, what
+
+
+def test_a_disabled_infiniband_port_is_shown_not_alarmed(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    rc, what = _one_shot(tmp_path, DOWN_LINKUP.replace("Physical state: LinkUp", "Physical state: Disabled"),
+                         capsys)
+    assert rc == 0 and what == ["ib.port-disabled info"], what

@@ -128,12 +128,19 @@ def test_degraded_ib_port_against_its_hca_peers(realdata: Path, tmp_path: Path) 
     root = ib_tree(tmp_path, realdata / "infiniband" / "gpud" / "sys-class-infiniband-h100.0")
     (root / "class/infiniband/mlx5_6/ports/1/rate").write_text("200 Gb/sec (2X NDR)")
     (root / "class/infiniband/mlx5_7/ports/1/state").write_text("1: DOWN")
-    (root / "class/infiniband/mlx5_7/ports/1/phys_state").write_text("3: Disabled")
+    (root / "class/infiniband/mlx5_7/ports/1/phys_state").write_text("2: Polling")
     snap = read_sysfs_ib(root)
     found = evaluate(counter_rules(), context(snap.observations, {}, NOW))
     got = sorted((f.kind, f.component, f.action.label) for f in found if f.kind != "ib_link_downed")
     # the bond (BlueField-3, Ethernet 200G) is not compared with the ConnectX-7 ports
     assert got == [("ib_port_down", "ib:mlx5_7/1", "inspect"), ("ib_rate_degraded", "ib:mlx5_6/1", "inspect")]
+    # the same port switched off by software (physical state Disabled) is shown, not alarmed on
+    (root / "class/infiniband/mlx5_7/ports/1/phys_state").write_text("3: Disabled")
+    snap = read_sysfs_ib(root)
+    found = evaluate(counter_rules(), context(snap.observations, {}, NOW))
+    got = sorted((f.kind, f.component, f.severity.label, f.action.label) for f in found
+                 if f.component == "ib:mlx5_7/1")
+    assert got == [("ib_port_disabled", "ib:mlx5_7/1", "info", "none")]
 
 
 def test_rdma_transport_retries_on_the_real_snapshot(realdata: Path, tmp_path: Path) -> None:

@@ -27,6 +27,10 @@ class Problem:
         return f"{self.where}: {self.message}"
 
 
+#: metrics a parser derives from the values it read (not counted as values read)
+DERIVED_METRICS = frozenset({"fabric_port"})
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Observations of one source at one time, and the problems met reading it."""

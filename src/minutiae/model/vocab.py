@@ -96,6 +96,6 @@ EXTRA_KINDS = frozenset(
         "gpu_without_local_nic", "numa_unbalanced", "firmware_mismatch", "nic_missing",
         "nic_pairing_mismatch", "nvme_missing", "kernel_mismatch", "gpu_model_mismatch",
         "ib_transport_errors", "ib_link_recovery", "kernel_panic", "kernel_bug", "peermem_error",
-        "unknown_source",
+        "unknown_source", "dcgm_health", "ib_port_disabled",
     }
 )

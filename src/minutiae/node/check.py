@@ -25,7 +25,7 @@ from minutiae.clock import Clock
 from minutiae.errors import InputError, MinutiaeError
 from minutiae.model import Action, CheckResult, Finding, Observation, Severity, Status
 from minutiae.model.findings import Scalar
-from minutiae.model.snapshot import Snapshot
+from minutiae.model.snapshot import DERIVED_METRICS, Snapshot
 from minutiae.node.config import CheckConfig, parse_checks
 from minutiae.node.memory import CheckMemory
 from minutiae.node.result import _result, reason_for, status_of
@@ -193,7 +193,8 @@ def _stamped(snap: Snapshot, now: float) -> Snapshot:
 def _judged(name: str, snap: Snapshot | None, by_check: Mapping[str, list[Finding]]) -> CheckResult:
     obs = snap.observations if snap is not None else ()
     problems = [str(p) for p in snap.problems] if snap is not None else []
-    return _result(name, by_check.get(name, []), problems, len(obs))
+    read = sum(1 for o in obs if o.metric not in DERIVED_METRICS)
+    return _result(name, by_check.get(name, []), problems, read)
 
 
 #: which check reports a counter rule's findings, by the component prefix: what the sources say

@@ -224,13 +224,14 @@ def _change(c: Condition, v: Scalar, comp: str, values: Values, ctx: Context, fa
 
 def _below_group(c: Condition, v: Scalar, comp: str, values: Values, ctx: Context, facts: Facts) -> bool:
     """``below_group_max``: below the largest value among the components with the same
-    ``group_by`` value."""
-    key = values.get(c.group_by or "")
+    ``group_by`` values (one metric, or several separated by commas)."""
+    names = (c.group_by or "").split(",")
+    key = [values.get(n) for n in names]
     prefix = comp.split(":", 1)[0] + ":"
     peers = [
         _num(_value(vals, c.metrics))
         for other, vals in ctx.values.items()
-        if other.startswith(prefix) and vals.get(c.group_by or "") == key
+        if other.startswith(prefix) and [vals.get(n) for n in names] == key
     ]
     best = max((p for p in peers if p is not None), default=None)
     nv = _num(v)

@@ -12,7 +12,12 @@ read once per physical GPU (the first sample; NVLink totals are not summed over 
 ``DCGM_EXP_XID_ERRORS_COUNT{xid="N"}`` (the exporter's XID-count collector, per time window) with
 a count > 0 gives ``xid_window`` = the code the XID catalog ranks worst (all such codes in
 ``xid_window_codes``); both are judged through the XID catalog by the counter rules.
-Parsing uses prometheus_client's text parser; a line it rejects becomes a ``Problem``.
+``DCGM_EXP_GPU_HEALTH_STATUS{health_watch, health_error_code}`` (DCGM's own health watches)
+gives ``dcgm_health_fail`` / ``dcgm_health_warn``: the watches failing / warning, with DCGM's
+error code.
+Parsing uses prometheus_client's text parser; a line it rejects becomes a ``Problem``, and so
+does a scrape with no field the rules judge (a counters CSV of ``DCGM_FI_PROF_*`` utilisation
+fields only): GPUs nothing was measured on are never "healthy".
 """
 
 from __future__ import annotations
@@ -70,6 +75,28 @@ LABEL_FIELDS = {"DCGM_FI_DRIVER_VERSION": "driver_version", "DCGM_FI_DEV_VBIOS_V
 
 
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+#: the exporter's health collector: one sample per GPU and DCGM health watch (``health_watch``
+#: PCIE, NVLINK, MEM, ...; ``health_error_code`` DCGM_FR_*), value DCGM's result: 0 pass,
+#: 10 warn, 20 fail (dcgmHealthWatchResults_t)
+HEALTH = "DCGM_EXP_GPU_HEALTH_STATUS"
+HEALTH_WARN, HEALTH_FAIL = 10, 20
+
+
+def _health(s: Sample, comp: str, health: dict[str, dict[str, tuple[float, str]]]) -> None:
+    watch = s.labels.get("health_watch") or "?"
+    code = s.labels.get("health_error_code") or "?"
+    seen = health.setdefault(comp, {})
+    if s.value is not None and (watch not in seen or s.value > seen[watch][0]):
+        seen[watch] = (s.value, code)
+
+
+def _add_health(b: SnapshotBuilder, comp: str, watches: dict[str, tuple[float, str]]) -> None:
+    """``dcgm_health_fail`` / ``dcgm_health_warn``: the failing / warning watches with DCGM's
+    error code (empty when none)."""
+    def which(lo: float, hi: float) -> str:
+        return ", ".join(f"{w}: {code}" for w, (v, code) in sorted(watches.items()) if lo <= v < hi)
+    b.add(comp, "dcgm_health_fail", which(HEALTH_FAIL, math.inf))
+    b.add(comp, "dcgm_health_warn", which(HEALTH_WARN, HEALTH_FAIL))
 
 
 def _xid_count(s: Sample, comp: str, xids: dict[str, list[int]]) -> None:
@@ -168,6 +195,8 @@ class _Scrape:
         self.instances: dict[str, set[str]] = {}
         self.xids: dict[str, list[int]] = {}
         self.driver: str | None = None
+        self.judged = False  # a sample of a field the rules judge was seen
+        self.health: dict[str, dict[str, tuple[float, str]]] = {}
 
     def add(self, s: Sample) -> None:
         field = COMPAT.get(s.name, s.name)
@@ -186,11 +215,20 @@ class _Scrape:
         if s.labels.get("GPU_I_ID"):
             self.instances.setdefault(comp, set()).add(s.labels["GPU_I_ID"])
         if field == XID_COUNT:
+            self.judged = True
             _xid_count(s, comp, self.xids)
+            return
+        if field == HEALTH:
+            self.judged = True
+            if s.value is None or math.isnan(s.value):
+                b.problem(comp, f"{self.where}: {s.name}", f"not a number: {s.value!r}")
+            else:
+                _health(s, comp, self.health)
             return
         spec = FIELDS.get(field)
         if spec is None:
             return
+        self.judged = True
         metric, kind = spec
         v = s.value
         if v is None or math.isnan(v) or math.isinf(v):
@@ -217,8 +255,13 @@ def parse_dcgm(text: str, where: str = "dcgm-exporter") -> Snapshot:
         b.add(comp, "mig_instances", len(ids))
     for comp in sc.gpus:
         _add_xids(b, comp, sc.xids.get(comp, []), XID_COUNT in text)
+    for comp, watches in sc.health.items():
+        _add_health(b, comp, watches)
     if not sc.gpus:
         raise ParseError("no DCGM_FI_* samples (is this a dcgm-exporter /metrics page?)", where)
+    if not sc.judged:  # e.g. a counters CSV of DCGM_FI_PROF_* fields only: never 'healthy'
+        b.problem("node", where, "no health field in the scrape (temperature, ECC, row "
+                  "remapping, XID, PCIe, NVLink, throttle): nothing to judge the GPUs by")
     if sc.driver:
         b.add("node", "driver_version", sc.driver)
     b.add("node", "gpu_count", len(sc.gpus))

@@ -16,7 +16,12 @@ from collections.abc import Callable
 
 from minutiae.errors import ParseError
 from minutiae.model.snapshot import Snapshot, SnapshotBuilder, leading_number
-from minutiae.node.sources.ib.parse_sysfs import ib_component, parse_rate, parse_state
+from minutiae.node.sources.ib.parse_sysfs import (
+    ib_component,
+    parse_rate,
+    parse_state,
+    with_fabric_ports,
+)
 
 SOURCE = "ibstat"
 STATE_CODES = {"DOWN": 1, "INIT": 2, "INITIALIZING": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFER": 5}
@@ -71,7 +76,7 @@ def parse_ibstat(text: str, where: str = "ibstat") -> Snapshot:
         _port_value(b, ib_component(dev, port), key, value, f"{where}:{n}")
     if not found:
         raise ParseError("no ibstat (CA '...') or ibstatus (Infiniband device ...) block found", where)
-    return b.build()
+    return with_fabric_ports(b.build())
 
 
 #: CA-level keys whose values every port of the CA gets

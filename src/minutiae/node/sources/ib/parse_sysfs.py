@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from minutiae.model.snapshot import SnapshotBuilder
+from minutiae.model.findings import Observation
+from minutiae.model.snapshot import Snapshot, SnapshotBuilder
 
 SOURCE = "sysfs-ib"
 _STATE = re.compile(r"^\s*(\d+)\s*:\s*([A-Za-z_]+)\s*$")
@@ -27,6 +28,19 @@ _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec\s*(?:\((\d+)X\s*([A-Za-z0-9]*)
 
 def ib_component(device: str, port: str) -> str:
     return f"ib:{device}/{port}"
+
+
+def with_fabric_ports(snap: Snapshot) -> Snapshot:
+    """``snap`` plus ``fabric_port`` on every IB port: whether it is on the node's RDMA fabric.
+    The fabric is InfiniBand when any port's link layer is, else Ethernet (RoCE); a port of the
+    other layer (an Ethernet front-end port beside InfiniBand ports, often unused) is not, and
+    a port of unknown layer is. The port rules drain on fabric ports only."""
+    layers = {o.component: o.value for o in snap.observations
+              if o.metric == "link_layer" and o.component.startswith("ib:")}
+    fabric = "InfiniBand" if "InfiniBand" in layers.values() else "Ethernet"
+    extra = [Observation(snap.source, comp, "fabric_port", layers.get(comp, fabric) == fabric,
+                         None) for comp in snap.components("ib:")]
+    return Snapshot(snap.source, snap.observations + tuple(extra), snap.problems)
 
 
 def parse_state(text: str) -> tuple[int, str] | None:
