@@ -29,6 +29,7 @@ from minutiae.scoring.truth import TruthEvent
 from minutiae.sim.world.effects import NODE_WIDE, PER_GPU, diurnal, slowdown
 from minutiae.sim.world.job import Job
 from minutiae.sim.world.shape import JobShape, factor, has_sections, job_shape, slots
+from minutiae.sim.world.shape import setting as _f
 
 SCHEMA = pa.schema([
     ("step", pa.int64()), ("rank", pa.int32()), ("seconds", pa.float64()), ("node", pa.string()),
@@ -42,10 +43,6 @@ SECTIONS = (("forward", 0.33), ("backward", 0.6), ("optimizer", 0.07))
 
 
 __all__ = ["COMM", "COMPUTE", "SCHEMA", "SECTIONS", "has_sections", "job_timings", "structure"]
-
-
-def _f(cfg: dict[str, object], key: str, default: float) -> float:
-    return float(cfg.get(key, default))  # type: ignore[arg-type]
 
 
 def _per_slot(job: Job, gpus: int, events: dict[str, list[TruthEvent]], ts: np.ndarray,

@@ -97,8 +97,12 @@ def _share(job_id: str, what: str, p: float) -> bool:
     return p > 0 and float(_rng(job_id, what).random()) < p
 
 
-def _f(cfg: dict[str, object], key: str, default: float = 0.0) -> float:
+def setting(cfg: dict[str, object], key: str, default: float = 0.0) -> float:
+    """A numeric ``[jobs]`` setting of the profile (``default`` when it is not set)."""
     return float(cfg.get(key, default))  # type: ignore[arg-type]
+
+
+_f = setting
 
 
 def _hot(job: Job, gpus: int, n: int, interval: float,
