@@ -75,7 +75,9 @@ def status(ctl: Controller, rows: list[dict[str, Any]] | None = None) -> dict[st
                   "max_step_ms": round(1e3 * max(c.step_s), 1) if c.step_s else None,
                   # acknowledge after store: reports stored, in how many transactions
                   "reports_stored": ctl.committer.rows,
-                  "store_writes": ctl.committer.writes}
+                  "store_writes": ctl.committer.writes,
+                  "store_write_s": round(ctl.committer.write_s, 6),
+                  "store_write_cpu_s": round(ctl.committer.write_cpu_s, 6)}
     out = status_view(rows, dry_run=ctl.dry_run, scheduler=ctl.backend.name,
                       policy=ctl.policy.source, pause=ctl.memory.pause,
                       pending=len(ctl.store.pending()), last_step=ctl.last_step,
