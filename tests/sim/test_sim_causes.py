@@ -30,6 +30,8 @@ TRUTH = [
     _benign("node_shared_noise", None, "job:9", T0, T0 + 10 * H, **JOB),
     _benign("rank_noise_tails", None, "job:9", T0, T0 + 10 * H, **JOB),
     _benign("job_restart", None, "job:9", T0 + 5 * H, T0 + 6 * H, **JOB),
+    _benign("moe_hot_expert", None, "job:8", T0 + 20 * H, T0 + 28 * H, job_id="8", nodes=["n3"]),
+    _benign("rank_noise_tails", None, "job:8", T0 + 20 * H, T0 + 28 * H, job_id="8", nodes=["n3"]),
     TruthEvent("f1", "persistent_straggler", "n2", "gpu:1", T0 + 7 * H, T0 + 10 * H, "warning",
                False, ("timings",), True, {"gpu": 1, "slowdown": 0.1}),
 ]
@@ -43,9 +45,11 @@ def test_false_alarms_go_to_the_most_specific_benign_cause() -> None:
         _alarm("n2", 4, T0 + 3 * H),        # only job-long noise classes, alike: job-wide
         _alarm("n1", 0, T0 + 30 * H),       # nothing benign covers it
         _alarm("n2", 1, T0 + 7.5 * H),      # a true alarm: the harmful fault on that GPU
+        _alarm("n3", 2, T0 + 21 * H),       # an MoE job's hot experts beat the noise every job has
     ]
     got = straggler_causes(TRUTH, alarms, ScoreParams())
-    assert got == {"gpu_lottery": 1, "gpu_wander": 1, "job_restart": 1, JOB_WIDE: 1, "none": 1}
+    assert got == {"gpu_lottery": 1, "gpu_wander": 1, "job_restart": 1, JOB_WIDE: 1, "none": 1,
+                   "moe_hot_expert": 1}
 
 
 def test_no_alarm_no_cause() -> None:

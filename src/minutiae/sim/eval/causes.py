@@ -5,8 +5,10 @@ fits its kind; every job carries job-long benign classes (GC pauses, sequence-le
 pipeline imbalance, the timing structures of ``sim/world/shape.py``), so a straggler false alarm
 is put on whichever of them sorts first. Here the truth that names the alarm's own GPU comes
 first (a lottery offset, a wander excursion, a hot expert's spell on that GPU), then the alarm's
-node, then the job (a restart's first steps before a job-long class: the shortest; several
-job-long classes alike: ``job-wide noise``), and ``none`` when nothing benign covers it.
+node, then a structure of the alarm's job that only some jobs have (``SPECIFIC``: an MoE job's
+hot experts, whose one-logged-step spells are not listed per GPU; a restart's first steps), then
+the noise every job has (the shortest; several job-long classes alike: ``job-wide noise``), and
+``none`` when nothing benign covers it.
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ def _gpu_of(d: Detection) -> str | None:
     return "gpu:" + head.rsplit("/", 1)[1]
 
 
+#: job-level structures only some jobs have (a share of jobs, or MoE signatures): more specific
+#: than the noise every job has (tails, per-node noise, GC pauses, sequence lengths, stages)
+SPECIFIC = frozenset({"moe_hot_expert", "job_restart", "wait_included_totals", "ring_collective"})
+
+
 def _rank(d: Detection, t: TruthEvent) -> tuple[int, float]:
-    tier = 2
+    tier = 2 if t.cls in SPECIFIC else 3
     if t.node is not None and t.node == d.node:
         tier = 0 if t.component is not None and t.component == _gpu_of(d) else 1
     return tier, t.end - t.start
@@ -45,7 +52,7 @@ def _cause(d: Detection, cands: list[TruthEvent]) -> str:
     ranks = [_rank(d, c) for c in cands]
     best = min(ranks)
     tied = {c.cls for c, r in zip(cands, ranks, strict=True) if r == best}
-    return JOB_WIDE if best[0] == 2 and len(tied) > 1 else min(zip(ranks, (c.cls for c in cands), strict=True))[1]
+    return JOB_WIDE if best[0] == 3 and len(tied) > 1 else min(zip(ranks, (c.cls for c in cands), strict=True))[1]
 
 
 def straggler_causes(truth: Sequence[TruthEvent], detections: Iterable[Detection],
