@@ -145,6 +145,7 @@ def test_kept_tiles_render_the_same_map_and_a_changed_row_its_new_tile() -> None
          "would": None, "domains": {"rack": f"r{i // 4}"}} for i in range(12)]
     tiles: Tiles = {}
     assert fleet_map(rows, tiles=tiles) == fleet_map(rows) and len(tiles) == 12
+    assert fleet_map(rows, group="none", tiles=tiles) == fleet_map(rows, group="none")
     rows[5] = {**rows[5], "health": "unhealthy", "sched": "drained"}   # a new row, not edited
     again = fleet_map(rows, tiles=tiles)
     assert again == fleet_map(rows) and 'class="t h-unhealthy s-drained" data-n="n5"' in again

@@ -61,8 +61,9 @@ def _keep(r: Mapping[str, Any], names: set[str] | None, q: str, health: str,
     return not sched or r.get("sched") == sched
 
 
-#: a row's tile, kept by the row's identity (the row is kept with it, so the id stays its own)
-Tiles = dict[int, tuple[Mapping[str, Any], str]]
+#: a row's group and tile, kept by the row's identity and the grouping (the row is kept with
+#: them, so the id stays its own)
+Tiles = dict[tuple[int, str], tuple[Mapping[str, Any], str, str]]
 
 
 def _tile(r: Mapping[str, Any]) -> str:
@@ -91,15 +92,14 @@ def fleet_map(rows: Sequence[Mapping[str, Any]], *, q: str = "", health: str = "
     groups: dict[str, list[str]] = {}
     key = group if group in GROUPS else "rack"
     for r in shown:
-        g = "all nodes" if key == "none" else \
-            f"{key} {r.get('domains', {}).get(key) or '(none)'}"
-        if tiles is None:
-            groups.setdefault(g, []).append(_tile(r))
-            continue
-        hit = tiles.get(id(r))
+        hit = None if tiles is None else tiles.get((id(r), key))
         if hit is None or hit[0] is not r:
-            hit = tiles[id(r)] = (r, _tile(r))
-        groups.setdefault(g, []).append(hit[1])
+            g = "all nodes" if key == "none" else \
+                f"{key} {r.get('domains', {}).get(key) or '(none)'}"
+            hit = (r, g, _tile(r))
+            if tiles is not None:
+                tiles[id(r), key] = hit
+        groups.setdefault(hit[1], []).append(hit[2])
     parts = [f'<p id="count">{total} of {len(rows)} node(s)'
              f'{f" · page {page + 1}" if total > PAGE else ""}</p>']
     for g in sorted(groups):

@@ -174,10 +174,10 @@ class Snapshot:
         with self.lock:
             if self._cache_of is not rows:
                 self._cache, self._cache_of = {}, rows
-                if len(self.tiles) > len(rows) + 1024:   # rows gone: their tiles too
-                    old = self.tiles
-                    self.tiles = {id(r): t for r in rows
-                                  if (t := old.get(id(r))) is not None and t[0] is r}
+                if len(self.tiles) > 5 * len(rows) + 1024:   # rows gone: their tiles too
+                    live = {id(r): r for r in rows}
+                    self.tiles = {k: t for k, t in self.tiles.items()
+                                  if live.get(k[0]) is t[0]}
             hit = self._cache.get(key)
         if hit is None:
             hit = make(rows)
