@@ -145,6 +145,7 @@ def test_first_and_last_pipeline_stages_are_heavier() -> None:
 
 def test_moe_hot_expert_sits_on_one_rank_of_its_group_and_moves() -> None:
     size = float(CFG["moe_hot_size"])  # type: ignore[arg-type]
+    assert size > 0 and MOE in CFG["moe_signatures"]  # type: ignore[operator]
     _, x = _log(_job("41", _nodes(1, 2), sig=MOE), PER_RANK)
     r = x - np.median(x, axis=1, keepdims=True)
     ep = int(CFG["moe_ep"])  # type: ignore[call-overload]
