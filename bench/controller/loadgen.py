@@ -112,3 +112,32 @@ def wrk(url: str, path: str, bodies: Path, seconds: float, conns: int,
     res = json.loads(out.stdout.strip().splitlines()[-1])
     res["rate"] = res["requests"] / (res["duration_us"] / 1e6)
     return res
+
+
+def pg_backends(pids: list[int], dsn: str) -> list[int]:
+    """The PostgreSQL backend processes serving the TCP connections of ``pids`` (their client
+    ports, matched in ``pg_stat_activity``): the store work those processes cause."""
+    import psutil
+    import psycopg
+
+    ports = [c.laddr.port for p in pids for c in psutil.Process(p).net_connections("tcp")
+             if c.raddr and c.status == psutil.CONN_ESTABLISHED]
+    if not ports:
+        return []
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute("SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s)",
+                         (ports,)).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def thread_cpu(pid: int) -> tuple[float, float]:
+    """(CPU seconds of ``pid``'s main thread — the HTTP event loop —, of all its others)."""
+    import psutil
+
+    main = other = 0.0
+    for t in psutil.Process(pid).threads():
+        if t.id == pid:
+            main += t.user_time + t.system_time
+        else:
+            other += t.user_time + t.system_time
+    return main, other

@@ -7,7 +7,10 @@ The true cause is the rollout's attribute; figures for pairs whose observed chan
 noise and for all pairs. Side by side in one process: ours vs a naive ranking
 (difference of mean log step time with/without B's side, pooled over signatures).
 
-    .venv/bin/python bench/regress/whatchanged.py [--fleets 6]
+    .venv/bin/python bench/regress/whatchanged.py [--fleets 6] [--per-rollout 4] [--seed-base 500]
+
+(``--seed-base``: fleet i has seed seed-base + i; 500 gave the figures in docs/regress.md, any
+other base is a held-out check.)
 """
 
 from __future__ import annotations
@@ -63,14 +66,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fleets", type=int, default=6)
     ap.add_argument("--per-rollout", type=int, default=4)
+    ap.add_argument("--seed-base", type=int, default=500)
     a = ap.parse_args()
     load0 = os.getloadavg()[0]
     counts = {"all": [0, 0, 0], "big": [0, 0, 0]}   # pairs, ours first, naive first
     total = dup = silent = skipped = 0
     secs = []
     for i in range(a.fleets):
-        rng = np.random.default_rng(500 + i)
-        f = synth_fleet(FleetConfig(seed=500 + i, rollouts=specs(rng), noise=0.02))
+        rng = np.random.default_rng(a.seed_base + i)
+        f = synth_fleet(FleetConfig(seed=a.seed_base + i, rollouts=specs(rng), noise=0.02))
         runs = sorted(f.records, key=lambda r: r.time)
         for ro in f.rollouts:
             if abs(ro.effect) < 0.04:
@@ -111,7 +115,7 @@ def main() -> None:
                     break
     load1 = os.getloadavg()[0]
     print(f"whatchanged on {total} run pairs across a rollout of |effect| >= 4 % ({a.fleets} "
-          f"fleets), load {load0:.1f}-{load1:.1f}, median {statistics.median(secs):.2f} s per call")
+          f"fleets, seeds {a.seed_base}+i), load {load0:.1f}-{load1:.1f}, median {statistics.median(secs):.2f} s per call")
     for part, label in (("big", "observed change >= 2x noise"), ("all", "every pair")):
         n, ours, naive = counts[part]
         print(f"  {label:28} n={n:3}: true cause first: ours {ours / max(n, 1):.1%}, "

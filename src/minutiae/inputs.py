@@ -28,10 +28,12 @@ from typing import BinaryIO
 
 from minutiae.errors import InputError
 
-__all__ = ["BINARY_PROBE", "STREAM_LIMIT", "LineStats", "check_path", "iter_lines", "read_bounded", "read_text"]
+__all__ = ["BINARY_PROBE", "MAX_NO_NEWLINE", "STREAM_LIMIT", "LineStats", "check_path", "iter_lines", "read_bounded", "read_text"]
 
 #: bytes inspected for NUL bytes before a text input is accepted
 BINARY_PROBE = 64 * 1024
+#: bytes without a line end after which a line-oriented input is not text (an endless stream)
+MAX_NO_NEWLINE = 64 << 20
 _CHUNK = 1 << 20
 #: bytes read at most from a fifo, device or socket, whatever ``limit`` a caller allows a file
 STREAM_LIMIT = 64 << 20

@@ -42,10 +42,10 @@ class FlakyStore(Store):
 
     down = False
 
-    def save_reports(self, rows: Any, beats: Any = ()) -> None:
+    def save_reports(self, rows: Any, beats: Any = (), wake: bool = False) -> None:
         if self.down:
             raise StoreError(f"{self.path}: connection refused (test)")
-        super().save_reports(rows, beats)
+        super().save_reports(rows, beats, wake)
 
 
 def stored(path: Path) -> dict[str, float]:
@@ -123,3 +123,25 @@ def test_the_agent_sends_a_fresh_key_with_every_report(tmp_path: Path) -> None:
                                      (CheckResult("gpu", Status.OK, (), None, 8),)), clock)
     keys = [agent.run_once()["agent"]["id"] for _ in range(3)]
     assert len(set(keys)) == 3 and all(len(k) == 32 for k in keys)
+
+
+def test_a_write_that_fails_unexpectedly_is_never_acknowledged_later(tmp_path: Path) -> None:
+    """A bug in a store (any exception) fails its take's requests; a later take does not
+    acknowledge them by its ticket."""
+
+    class Broken(Store):
+        calls = 0
+
+        def save_reports(self, rows: Any, beats: Any = (), wake: bool = False) -> None:
+            Broken.calls += 1
+            if Broken.calls == 1:
+                raise TypeError("a bug")
+            super().save_reports(rows, beats, wake)
+
+    ctl = controller(tmp_path, Broken(tmp_path / "c.db"))
+    with TestClient(make_app(ctl, TOKEN)) as client:
+        r = client.post("/v1/reports", json=report("gpu001"), headers=AUTH)
+        assert r.status_code == 503 and "TypeError: a bug" in r.json()["detail"]
+        r = client.post("/v1/reports", json=report("gpu002"), headers=AUTH)
+        assert r.status_code == 202
+    assert set(stored(tmp_path / "c.db")) == {"gpu001", "gpu002"}   # given back, then stored

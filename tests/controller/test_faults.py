@@ -126,10 +126,10 @@ def test_the_agent_ages_a_report_by_its_monotonic_clock() -> None:
 class FlakyStore(Store):
     down = False
 
-    def save_reports(self, rows: Any, beats: Any = ()) -> None:
+    def save_reports(self, rows: Any, beats: Any = (), wake: bool = False) -> None:
         if self.down:
             raise StoreError(f"{self.path}: disk I/O error (test)")
-        super().save_reports(rows, beats)
+        super().save_reports(rows, beats, wake)
 
 
 def test_agents_keep_buffering_while_the_store_cannot_take_reports(tmp_path: Path) -> None:

@@ -184,6 +184,17 @@ def test_a_deposed_leaders_audit_insert_fails_on_the_epoch() -> None:
     a.release()
 
 
+def test_replica_sets_on_two_schemas_of_one_database_each_have_a_leader() -> None:
+    clock = SystemClock()
+    leads = [PgAdvisoryLeadership(PgStore(fresh_schema_dsn(), identity=f"ctl-{k}", size=1),
+                                  f"ctl-{k}", clock) for k in "ab"]
+    try:   # one database-wide lock key would leave the second set without a leader
+        assert [(x.acquire(), x.fence()) for x in leads] == [(True, 1), (True, 1)]
+    finally:
+        for x in leads:
+            x.release()
+
+
 def test_no_store_means_standby_and_status_says_why() -> None:
     dsn = fresh_schema_dsn()
     store = PgStore(dsn, identity="ctl-a", size=1)

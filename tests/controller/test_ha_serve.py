@@ -51,8 +51,7 @@ def wait(what: str, fn: Any, timeout: float = 30.0) -> Any:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-@pytest.fixture
-def replicas(tmp_path: Path) -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
+def start_pair(tmp_path: Path, interval: str) -> list[tuple[subprocess.Popen[bytes], str]]:
     dsn = fresh_schema_dsn()
     out = []
     for name in ("a", "b"):
@@ -60,17 +59,53 @@ def replicas(tmp_path: Path) -> Iterator[list[tuple[subprocess.Popen[bytes], str
         log = open(tmp_path / f"serve-{name}.log", "wb")  # noqa: SIM115 - the process keeps it
         p = subprocess.Popen(
             [sys.executable, "-m", "minutiae.cli.main", "serve", "--store", dsn,
-             "--listen", f"127.0.0.1:{port}", "--backend", "dry-run", "--interval", "0.5",
+             "--listen", f"127.0.0.1:{port}", "--backend", "dry-run", "--interval", interval,
              "--cluster", "hatest"], stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, "MINUTIAE_TOKEN": TOKEN, "MINUTIAE_LOG_JSON": "0"},
             cwd=tmp_path)
         url = f"http://127.0.0.1:{port}"
         out.append((p, url))
         wait(f"serve {name} to answer", lambda u=url: status(u))
+    return out
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
+    out = start_pair(tmp_path, "0.5")
     yield out
     for p, _ in out:
         p.kill()
         p.wait()
+
+
+def test_a_report_taken_by_the_standby_wakes_the_leader(tmp_path: Path) -> None:
+    """Steps every 60 s: only the standby's NOTIFY can make the leader decide in seconds."""
+    pair = start_pair(tmp_path, "60")
+    try:
+        (_pa, a), (_pb, b) = pair
+        wait("a to lead", lambda: (s := status(a)) and s["role"] == "leader")
+        wait("b to be standby", lambda: (s := status(b)) and s["role"] == "standby")
+        for i in range(20):   # a fleet the budget lets one node out of
+            httpx.post(f"{a}/v1/reports", headers=AUTH, timeout=5.0, json={
+                "node": f"gpu{i:03d}", "status": "ok",
+                "checks": [{"check": "gpu", "status": "ok", "findings": []}]})
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        r = httpx.post(f"{b}/v1/reports", headers=AUTH, timeout=5.0, json={
+            "node": "gpu007", "status": "critical", "checks": [{
+                "check": "gpu", "status": "critical", "findings": [{
+                    "kind": "xid", "code": 79, "severity": "critical", "action": "reboot",
+                    "message": "GPU has fallen off the bus"}]}]})
+        assert r.status_code == 202, r.text
+        rows = wait("the leader's decision", lambda: [
+            x for x in httpx.get(f"{a}/v1/audit", params={"node": "gpu007"},
+                                 headers=AUTH).json() if x["action"] == "drain"],
+            timeout=20)
+        assert time.monotonic() - t0 < 10.0 and rows[0]["status"] == "dry_run", rows
+    finally:
+        for p, _ in pair:
+            p.kill()
+            p.wait()
 
 
 def test_status_roles_ingest_on_the_standby_and_kill_9_takeover(

@@ -130,3 +130,29 @@ def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
         Store(p)
     with pytest.raises(StoreError, match="cannot open store"):
         Store(tmp_path / "no" / "such" / "dir" / "x.db")
+
+
+def test_a_replica_is_woken_by_the_others_reports_that_change_a_node() -> None:
+    """PostgreSQL NOTIFY: a take with ``wake`` stored by another replica wakes a listener;
+    its own takes and takes without ``wake`` do not."""
+    import threading
+    import time
+
+    from ha_support import fresh_schema_dsn
+
+    from minutiae.controller.store.postgres import PgStore
+
+    dsn = fresh_schema_dsn()
+    a, b = PgStore(dsn, identity="a", size=1), PgStore(dsn, identity="b", size=1)
+    woken = threading.Event()
+    stop = threading.Event()
+    a.listen(woken.set, stop)
+    time.sleep(1.0)                                    # LISTEN is in place
+    try:
+        a.save_reports([("gpu001", 1.0, "{}", "{}", "d1")], wake=True)   # its own
+        b.save_reports([("gpu002", 1.0, "{}", "{}", "d2")])              # nothing changed
+        assert not woken.wait(1.5)
+        b.save_reports([("gpu003", 1.0, "{}", "{}", "d3")], wake=True)
+        assert woken.wait(5.0)
+    finally:
+        stop.set()

@@ -1,6 +1,8 @@
 """Hostile inputs for the fuzz suite (issue 16 item 6) and a CLI runner that measures them:
 exit code, stderr, wall time and the child's own peak RSS (``os.wait4``: per child, so one
-hungry command is not hidden behind another)."""
+hungry command is not hidden behind another). A hang is judged by the child's CPU time (an
+``RLIMIT_CPU`` the kernel enforces: a loop that never returns burns it whatever the machine's
+load), with a wall-clock backstop for one blocked without burning CPU."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +19,11 @@ from pathlib import Path
 MAX_RSS_MB = 300
 #: an address-space cap on the child, so a regression fails the test instead of the machine
 AS_LIMIT = 4 << 30
+#: CPU seconds a command may burn on one input before it counts as hung (a quiet machine runs
+#: every case in under 3 s)
+HANG_CPU_S = 30
+#: wall-clock backstop: a command blocked (not burning CPU) this long counts as hung too
+HANG_WALL_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -38,32 +46,40 @@ class Run:
                 and len(lines) <= 1 and self.rss_mb <= MAX_RSS_MB)
 
 
-#: a small launcher forks the command, limits its address space and reports its own peak RSS.
-#: Measuring from this (large) pytest process would not do: Linux carries the parent's RSS into
-#: a child's ru_maxrss through fork and exec, so every figure would be pytest's.
+#: a small launcher forks the command, limits its address space and CPU time and reports its
+#: own peak RSS and how it ended. Measuring from this (large) pytest process would not do: Linux
+#: carries the parent's RSS into a child's ru_maxrss through fork and exec, so every figure
+#: would be pytest's.
 _LAUNCH = """
 import os, resource, subprocess, sys
-n, out = int(sys.argv[1]), sys.argv[2]
-p = subprocess.Popen(sys.argv[3:], preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (n, n)))
+n, cpu, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def limits():
+    resource.setrlimit(resource.RLIMIT_AS, (n, n))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+p = subprocess.Popen(sys.argv[4:], preexec_fn=limits)
 _, status, ru = os.wait4(p.pid, 0)
-with open(out, "w") as fh:
-    fh.write(str(ru.ru_maxrss))
 code = os.waitstatus_to_exitcode(status)
+with open(out, "w") as fh:
+    fh.write(f"{ru.ru_maxrss} {code}")
 os._exit(code if code >= 0 else 128 - code)
 """
+_CPU_KILLED = (-signal.SIGXCPU, -signal.SIGKILL)
 
 
-def run_cli(args: list[str], cwd: Path, timeout: float = 60.0) -> Run:
-    err = cwd / f".stderr-{os.getpid()}"
-    rss_file = cwd / f".rss-{os.getpid()}"
+def run_cli(args: list[str], cwd: Path, cpu_s: int = HANG_CPU_S, wall_s: float = HANG_WALL_S,
+            python: tuple[str, ...] = ("-m", "minutiae.cli.main")) -> Run:
+    """The command (``python -m minutiae.cli.main ARGS``) in a child: hung when it burnt
+    ``cpu_s`` CPU seconds or ran ``wall_s``."""
+    tag = f"{os.getpid()}-{threading.get_ident()}"
+    err, rss_file = cwd / f".stderr-{tag}", cwd / f".rss-{tag}"
     t0 = time.monotonic()
     with open(err, "wb") as fh:
-        p = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(AS_LIMIT), str(rss_file),
-                              sys.executable, "-m", "minutiae.cli.main", *args],
+        p = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(AS_LIMIT), str(cpu_s),
+                              str(rss_file), sys.executable, *python, *args],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fh,
                              cwd=cwd, start_new_session=True)
         hung = False
-        deadline = t0 + timeout
+        deadline = t0 + wall_s
         while True:
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
             if pid:
@@ -78,7 +94,9 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 60.0) -> Run:
     text = err.read_text(errors="replace")
     err.unlink()
     try:  # the command's own peak, from the launcher; the launcher's when the command was killed
-        kib = int(rss_file.read_text())
+        kib_text, code_text = rss_file.read_text().split()
+        kib = int(kib_text)
+        hung = hung or int(code_text) in _CPU_KILLED  # its CPU limit: a loop that never ends
         rss_file.unlink()
     except (OSError, ValueError):
         kib = ru.ru_maxrss

@@ -17,6 +17,8 @@ CASES = [
     (["regress", "--runs"], "2 GiB sparse", "limit"),
     (["logscan"], "/dev/zero", "not a kernel log"),
     (["check", "--no-nvml", "--kmsg"], "/dev/zero", ""),
+    # it read the whole 2 GiB into one growing line (quadratic copies: 30 CPU s, 439 MB, killed)
+    (["check", "--no-nvml", "--kmsg"], "2 GiB sparse", ""),
 ]
 
 
@@ -45,3 +47,15 @@ def test_a_20_digit_megatron_iteration_is_skipped_with_a_warning(corpus: dict[st
     r = run_cli(["stragglers", str(corpus["megatron 20-digit iteration"])], tmp_path)
     assert r.rc == 0 and not r.traceback and r.rss_mb <= MAX_RSS_MB, r.stderr[-500:]
     assert "minutiae: warning: skip" in r.stderr
+
+
+@pytest.mark.parametrize(("code", "cpu_s", "wall_s", "hung"), [
+    ("while True: pass", 1, 120.0, True),            # a loop: its CPU limit, whatever the load
+    ("import time; time.sleep(60)", 30, 2.0, True),  # blocked, no CPU burnt: the wall backstop
+    ("import time; time.sleep(1)", 1, 120.0, False),  # a second asleep is no CPU: not hung
+], ids=["busy-loop", "blocked", "sleeps-1s"])
+def test_the_hang_guard_is_cpu_time_with_a_wall_backstop(tmp_path: Path, code: str, cpu_s: int,
+                                                         wall_s: float, hung: bool) -> None:
+    r = run_cli([code], tmp_path, cpu_s=cpu_s, wall_s=wall_s, python=("-c",))
+    assert r.hung is hung, (r.rc, r.seconds, r.stderr[-300:])
+    assert r.seconds < 100, r.seconds

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from minutiae.errors import InputError
-from minutiae.inputs import BINARY_PROBE
+from minutiae.inputs import BINARY_PROBE, MAX_NO_NEWLINE
 from minutiae.model.vocab import Severity, Status
 from minutiae.rules.log_findings import Aggregator, FindingGroup
 
@@ -151,10 +151,6 @@ def _status(worst: Severity) -> Status:
     if worst >= Severity.ERROR:
         return Status.CRITICAL
     return Status.WARNING if worst is Severity.WARNING else Status.OK
-
-
-#: bytes without a line end after which an input is not a text log (an endless stream)
-MAX_NO_NEWLINE = 64 << 20
 
 
 def _guarded(src: str) -> Iterator[bytes]:

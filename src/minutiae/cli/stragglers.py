@@ -109,7 +109,6 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
     """Find the slow GPU, node or link of a synchronous job from per-rank step timings
     (CSV/Parquet step,rank,seconds[,node,gpu,stage,section] or a Megatron-LM log)."""
     from minutiae.analyses.stragglers.analysis import Options, analyse
-    from minutiae.analyses.stragglers.runs import analyse_runs
     from minutiae.errors import ConfigError
 
     if warmup < 3 or false_alarms <= 0:
@@ -134,6 +133,8 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
 
         if isinstance(got, TrainLog):
             return _job_level(got, where, as_json, warmup)
+        from minutiae.analyses.stragglers.runs import analyse_runs  # polars: the long table
+
         report = analyse_runs(got, where, leaves, options)
     if as_json:
         click.echo(json.dumps(report.to_json()))

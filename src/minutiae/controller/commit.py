@@ -17,6 +17,7 @@ waiters: their agents get a 503 and keep the report in their outbox. The outage 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from minutiae.controller.intake import Intake
@@ -48,6 +49,10 @@ class Committer:
         #: rows stored and transactions made (for the benchmark and ``status``)
         self.rows = 0
         self.writes = 0
+        #: wall and CPU (this thread's) seconds spent in store writes, summed (the benchmark
+        #: tells a write waiting on the store from one waiting for the GIL or a core)
+        self.write_s = 0.0
+        self.write_cpu_s = 0.0
 
     def commit(self) -> None:
         """Store what the intake holds (one transaction) and tell the listeners."""
@@ -56,12 +61,17 @@ class Committer:
             err = None
             n = len(take.rows) + len(take.beats)
             if n:
+                w0, c0 = time.perf_counter(), time.thread_time()
                 try:
-                    self.store.save_reports(take.rows, take.beats)
+                    self.store.save_reports(take.rows, take.beats, wake=take.wake)
                     self.rows += n
                     self.writes += 1
-                except MinutiaeError as exc:
-                    err = str(exc)
+                    self.write_s += time.perf_counter() - w0
+                    self.write_cpu_s += time.thread_time() - c0
+                except Exception as exc:  # any failure: the rows wait for the next take and
+                    # this take's waiters are told (never acknowledged by a later take)
+                    err = str(exc) if isinstance(exc, MinutiaeError) else \
+                        f"{type(exc).__name__}: {exc}"
                     self.intake.give_back(take)
             self._say(err, n)
             for tell in self.listeners:

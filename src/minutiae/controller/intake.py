@@ -72,11 +72,13 @@ class Batch:
 @dataclass(frozen=True, slots=True)
 class Rows:
     """One take of rows to store: full reports ``(node, received, body, domains, digest)``,
-    heartbeats ``(received, node)``, and the take's ticket."""
+    heartbeats ``(received, node)``, the take's ticket, and whether a report in it changes
+    what the policy sees of its node (``wake``)."""
 
     rows: tuple[tuple[str, float, str, str, str], ...]
     beats: tuple[tuple[float, str], ...]
     ticket: int
+    wake: bool = False
 
 
 class Counts(Protocol):
@@ -101,6 +103,9 @@ class Intake:
         self.keys: dict[str, str] = {}
         #: the number of the next take of rows to store (what a new row waits for)
         self._ticket = 0
+        #: the next take holds a report that changes what the policy sees (the other
+        #: replicas' steps are woken when it is stored)
+        self._wake = False
         # the request body of each node's latest report (with its time and digest) until the
         # next take stores it (bytes, not the parsed dict: 20,000 parsed bodies are ~10^6
         # objects for the GC)
@@ -183,10 +188,12 @@ class Intake:
             self._pending[rep.node] = (raw if raw is not None else json.dumps(body).encode(),
                                        rep.time, digest)
             ticket = self._ticket
+            changed = prev is None or signature(prev) != signature(rep)
+            self._wake = self._wake or changed
         if self.recorder is not None:
             self._bodies[rep.node] = body
             self.recorder.record(rep, body)
-        return rep, digest, prev is None or signature(prev) != signature(rep), ticket
+        return rep, digest, changed, ticket
 
     def _waiting(self, node: str) -> int | None:
         """The ticket a row of ``node`` not yet stored waits for (under the lock)."""
@@ -264,8 +271,9 @@ class Intake:
             texts = {n: self._domains_text.get(n, "{}") for n in pending}
             ticket = self._ticket
             self._ticket += 1
+            wake, self._wake = self._wake, False
         rows = tuple((n, t, _text(raw), texts[n], d) for n, (raw, t, d) in pending.items())
-        return Rows(rows, tuple((t, n) for n, t in beats.items()), ticket)
+        return Rows(rows, tuple((t, n) for n, t in beats.items()), ticket, wake)
 
     def give_back(self, rows: Rows) -> None:
         """Rows that could not be saved wait for the next take (unless newer ones came)."""
@@ -275,6 +283,7 @@ class Intake:
             for t, n in rows.beats:
                 if n not in self._pending:
                     self._beats.setdefault(n, t)
+            self._wake = self._wake or rows.wake
 
 
 def _text(raw: bytes) -> str:

@@ -131,7 +131,7 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
     import socket
     import sys
 
-    from minutiae.controller.ha.wiring import open_replica, state_dir
+    from minutiae.controller.ha.wiring import open_replica, state_dir, wake_on_peers
     from minutiae.schedulers.base import controller_owner
 
     owner = controller_owner(cluster, controller_id)  # written into every drain we make
@@ -165,6 +165,7 @@ def serve(*, listen: str, db: str, policy_path: str | None, backend: str,
                             notifiers=[*([log] if log else []), *notifiers],
                             recorder=ReportRecorder(record) if record else None,
                             owner=owner, leadership=lead)
+    wake_on_peers(store, controller.wake.set)   # PostgreSQL: a standby's report wakes us
     if log is not None:
         controller.on_problem.append(log.problem)
     if not lead.acquire():

@@ -322,8 +322,7 @@ class Aggregator:
     def __init__(self, max_groups: int = MAX_GROUPS) -> None:
         self.max_groups = max_groups
         self._groups: dict[tuple[Any, ...], list[Any]] = {}
-        self.total = 0
-        self.overflow = 0
+        self.total = self.overflow = 0
         self.by_severity: dict[Severity, int] = dict.fromkeys(Severity, 0)
         self.worst_action = Action.NONE
 
@@ -335,35 +334,47 @@ class Aggregator:
 
     def add_plan(self, plan: GroupPlan, t: datetime | None, line_no: int | None,
                  line: str | bytes | None) -> None:
-        """One finding given by its group plan and where it was (what :meth:`add` does for a
-        Finding; an aggregating scan calls it directly for repeated messages, with the raw
-        line, decoded only when it becomes a group's example)."""
-        self.total += 1
-        severity, action = plan.severity, plan.action
-        self.by_severity[severity] += 1
-        if action > self.worst_action:
-            self.worst_action = action
+        """One finding by its group plan and where it was (:meth:`add` for a Finding; an
+        aggregating scan's repeats, the raw line decoded only as a group's example)."""
         g = self._groups.get(plan.key)
         if g is None:
+            self._count(plan, 1)
             if len(self._groups) >= self.max_groups:
                 self.overflow += 1
                 return
             if isinstance(line, bytes):
                 line = line.decode("utf-8", "replace")
-            self._groups[plan.key] = [1, t, t, line_no, line_no, plan.message,
-                                      (line or "").split("\n")[0], severity, action, plan.name]
+            self._groups[plan.key] = [1, t, t, line_no, line_no, plan.message, (line or "")
+                                      .split("\n")[0], plan.severity, plan.action, plan.name]
             return
-        g[0] += 1
-        if t is not None:
-            if g[1] is None or t < g[1]:
-                g[1] = t
-            if g[2] is None or t > g[2]:
-                g[2] = t
-        g[4] = line_no
-        if severity > g[7]:
-            g[7] = severity
-        if action > g[8]:
-            g[8] = action
+        self.add_tally(plan, t, t, line_no, 1, g)
+
+    def add_tally(self, plan: GroupPlan, lo: datetime | None, hi: datetime | None,
+                  line_no: int | None, count: int, g: list[Any] | None = None) -> None:
+        """``count`` more findings of a plan whose group an earlier one (same file) made: the
+        earliest and latest time, the last line (an aggregating scan's repeats of a message)."""
+        self._count(plan, count)
+        if g is not None:  # one finding (add_plan): its line is the group's last
+            g[4] = line_no
+        else:
+            g = self._groups.get(plan.key)
+            if g is None:  # its first finding was past max_groups
+                self.overflow += count
+                return
+            if line_no is not None and (g[4] is None or line_no > g[4]):
+                g[4] = line_no
+        g[0] += count
+        if lo is not None and (g[1] is None or lo < g[1]):
+            g[1] = lo
+        if hi is not None and (g[2] is None or hi > g[2]):
+            g[2] = hi
+        g[7], g[8] = max(g[7], plan.severity), max(g[8], plan.action)
+
+    def _count(self, plan: GroupPlan, count: int) -> None:
+        self.total += count
+        self.by_severity[plan.severity] += count
+        if plan.action > self.worst_action:
+            self.worst_action = plan.action
 
     @property
     def worst(self) -> Severity:

@@ -74,6 +74,15 @@ def test_deepspeed_throughput_and_flops_profiler() -> None:
     assert (10, None, None, 102.0) in rows and (10, None, 433.07, None) in rows
 
 
+def test_hf_trainer_behind_docker_compose_prefix() -> None:
+    # verbatim from the docker-compose log cited in tests/data/trainlogs/SOURCES.md
+    line = ("training-nlp-azure-1  | {'train_runtime': 1891.9246, 'train_samples_per_second': "
+            "5.816, 'train_steps_per_second': 0.365, 'train_loss': 0.31064462523529496, "
+            "'epoch': 3.0}\n")
+    log = parse_log(line.encode(), "compose.log")
+    assert dict(log.totals)["hf-trainer.train_steps_per_second"] == 0.365
+
+
 def test_hf_trainer_totals_and_bar() -> None:
     log = _log("hf_trainer.log")
     totals = dict(log.totals)
@@ -99,6 +108,8 @@ def test_lightning_profiler_and_progress_bar_skip_validation() -> None:
     ("2024-10-23T01:29:30.123456789Z [rank7]:y", 7, "y"),
     ("[1,5]<stdout>:z", 5, "z"),
     ("     rank  3: 1180.20", None, "     rank  3: 1180.20"),
+    ("training-nlp-azure-1  | {'epoch': 3.0}", None, "{'epoch': 3.0}"),  # docker compose logs
+    ("Training epoch 0, iteration 1/9 | lr: 1", None, "Training epoch 0, iteration 1/9 | lr: 1"),
 ])
 def test_launcher_prefixes(line: str, rank: int | None, rest: str) -> None:
     assert strip_line(line) == (rank, rest)
@@ -119,7 +130,8 @@ def _megatron_all(iters: int, ranks: int, slow: int = -1, since: int = 10**9) ->
     return out
 
 
-@pytest.mark.parametrize("prefix", ["", "[default7]:", "3: ", "2026-01-02T03:04:05.5Z 3: "])
+@pytest.mark.parametrize("prefix", ["", "[default7]:", "3: ", "2026-01-02T03:04:05.5Z 3: ",
+                                    "2026-01-02T03:04:05.123456789Z "])  # kubectl --timestamps
 def test_megatron_all_behind_launcher_prefixes(prefix: str) -> None:
     text = "\n".join(prefix + line for line in _megatron_all(5, 4)) + "\n"
     df = parse_timings(text.encode(), "x.log")

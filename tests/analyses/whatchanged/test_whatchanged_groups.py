@@ -13,7 +13,9 @@ from minutiae.testing.synth.regress import NEW_VERSIONS, FleetConfig, RolloutSpe
 FAMILIES = ("moe", "gpt", "llama", "vit")
 
 
-def _fleet(effect: float, hit: int, empty: float = 0.0, seed: int = 7):  # type: ignore[no-untyped-def]
+def _fleet(effect: float, hit: int, empty: float = 0.0, seed: int = 7,  # type: ignore[no-untyped-def]
+           others: float = 0.0):
+    """NCCL slows the first ``hit`` families by ``effect``, the other families by ``others``."""
     specs = (RolloutSpec("nccl", 0.0, 0.8, 20.0, 3.0), RolloutSpec("kernel", 0.0, 0.7, 12.0, 4.0))
     f = synth_fleet(FleetConfig(seed=seed, rollouts=specs, missing_version_rate=empty,
                                 code_regression_rate=0.0))
@@ -22,8 +24,8 @@ def _fleet(effect: float, hit: int, empty: float = 0.0, seed: int = 7):  # type:
     out = []
     for r in f.records:
         v = r.value
-        if fam[r.signature] in FAMILIES[:hit] and NEW_VERSIONS["nccl"] in r.attrs.get("nccl", ()):
-            v *= 1.0 + effect
+        if NEW_VERSIONS["nccl"] in r.attrs.get("nccl", ()):
+            v *= 1.0 + (effect if fam[r.signature] in FAMILIES[:hit] else others)
         out.append(dataclasses.replace(r, signature=f"{fam[r.signature]}-{r.signature}", value=v))
     return out, group_rollouts(f.changes)
 
@@ -34,7 +36,7 @@ def test_an_nccl_change_that_hurts_only_moe_is_a_cause(empty: float) -> None:
     v = {x.attr: x for x in attribute_rollouts(runs, rolls)}
     nccl, kernel = v["nccl"], v["kernel"]
     assert nccl.cause and nccl.groups is not None and nccl.groups.grouping == "family"
-    assert [g for g, _ in nccl.groups.hit] == ["moe"]
+    assert [g for g, _ in nccl.groups.hit] == ["moe"] and nccl.groups.partial
     assert nccl.groups.hit_effect is not None and abs(nccl.groups.hit_effect.change - 0.03) < 0.01
     assert nccl.summary().startswith("nccl 2.23.4: +")
     assert "signatures (moe-*), 0 on the rest" in nccl.summary()
@@ -46,6 +48,19 @@ def test_a_fleet_wide_change_is_not_split() -> None:
     runs, rolls = _fleet(0.03, 4)
     nccl = next(x for x in attribute_rollouts(runs, rolls) if x.attr == "nccl")
     assert nccl.cause and nccl.groups is None and "fleet-wide" in nccl.summary()
+
+
+def test_an_uneven_fleet_wide_change_is_said_as_it_is_and_tested_fleet_wide() -> None:
+    # +6 % on MoE, +2 % on every other family: not "a rollout that hits some models" -- its
+    # split is shown, but it is tested and netted out of the other rollouts as fleet-wide
+    runs, rolls = _fleet(0.06, 1, others=0.02)
+    v = {x.attr: x for x in attribute_rollouts(runs, rolls)}
+    nccl = v["nccl"]
+    assert nccl.cause and nccl.effect is not None and 0.02 < nccl.effect.change < 0.06
+    assert nccl.groups is not None and not nccl.groups.partial
+    assert nccl.groups.rest is not None and nccl.groups.rest.change > 0.01
+    assert "(moe-*), +" in nccl.summary() and "% on the rest" in nccl.summary()
+    assert not v["kernel"].cause
 
 
 def test_no_effect_no_cause() -> None:

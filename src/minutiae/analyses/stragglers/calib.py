@@ -42,8 +42,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
-from scipy.special import betaincinv
 
+from minutiae.analyses.stragglers.specfun import beta_median
 from minutiae.analyses.stragglers.types import Design, DetectorDesign
 
 FAST_K = 1.5
@@ -100,7 +100,7 @@ def spike_rate(spikes: int, samples: int) -> float:
     clean rank-steps before a 3-step clip, which no warm-up gives.)"""
     if samples <= 0:
         return 0.5
-    return float(betaincinv(spikes + 0.5, samples - spikes + 0.5, 0.5))
+    return beta_median(spikes + 0.5, samples - spikes + 0.5)
 
 
 def spike_false_alarm_rate(m: int, spikes: int, samples: int) -> float:

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri
 
 from minutiae.analyses.stragglers.detect import SeriesDetector
 from minutiae.analyses.stragglers.locate import RankMeta
+from minutiae.analyses.stragglers.specfun import normal_quantile
 from minutiae.analyses.stragglers.types import Scope, SlowGpu, Suspect
 
 DEFAULT_MIN_SLOWDOWN = 0.03
@@ -87,7 +87,7 @@ class StartOffsets:
         of its kind's offsets (a node against the nodes' spread, a GPU against the GPUs')."""
         node = s.scope is Scope.NODE and self.node is not None
         spread, units = (self.node, self.nodes) if node else (self.gpu, self.gpus)
-        z = float(ndtri(1.0 - self.p / max(units, 1)))
+        z = normal_quantile(1.0 - self.p / max(units, 1))
         return max(floor, float(np.expm1(z * float(spread or 0.0))))
 
 

@@ -41,7 +41,7 @@ MAX_ROWS = 1 << 31
 def read_matrix(paths: list[Path]) -> TimingMatrix | None:
     """The matrix of one CSV or Parquet file of the common layout, read a block at a time
     without the long table; None for anything else (module docstring)."""
-    from minutiae.analyses.stragglers.parse import PARQUET_MAGIC, looks_like_csv
+    from minutiae.analyses.stragglers.sniff import PARQUET_MAGIC, looks_like_csv
 
     if len(paths) != 1:
         return None

@@ -25,14 +25,17 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import polars as pl
 
-from minutiae.analyses.stragglers.formats.types import Evidence, TrainLog
 from minutiae.errors import DataError
 from minutiae.history.record import Metric, RunRecord
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from minutiae.analyses.stragglers.formats.types import Evidence, TrainLog
 
 #: step-time sources preferred on a tie (Megatron's iteration time includes data loading;
 #: DeepSpeed's breakdown sums fwd + bwd + step only)
@@ -175,6 +178,8 @@ class JobReport:
 def step_series(log: TrainLog) -> tuple[pl.DataFrame, str]:
     """(step, value) of the log's best step series: step seconds when printed (the source with
     most rows; the slowest rank per step), else seconds per token (1 / tokens per s)."""
+    import polars as pl
+
     s = log.steps
     for col, unit in (("seconds", "seconds"), ("tokens_per_s", "per-token"),
                       ("samples_per_s", "per-sample")):
@@ -273,6 +278,8 @@ def _slow_ranks(evidence: tuple[Evidence, ...]) -> tuple[SlowRank, ...]:
 
 def analyse_job(log: TrainLog, warmup: int = 10, min_change: float = 0.02) -> JobReport:
     """The job-level report of ``log`` (see the module docstring)."""
+    import polars as pl
+
     series, unit = step_series(log)
     notes = list(log.notes())
     steps = series["step"].to_numpy()

@@ -17,9 +17,9 @@ import warnings
 import polars as pl
 
 from minutiae.analyses.stragglers.formats import TrainLog, parse_log, per_rank, refusal
+from minutiae.analyses.stragglers.sniff import PARQUET_MAGIC, looks_like_csv
 from minutiae.errors import DataError, ParseError
 
-PARQUET_MAGIC = b"PAR1"
 NUMERIC = {"step": pl.Int64, "rank": pl.Int64, "seconds": pl.Float64, "ms": pl.Float64}
 POLARS_ERRORS = (pl.exceptions.PolarsError, ValueError, OSError, UnicodeDecodeError, OverflowError)
 
@@ -45,16 +45,6 @@ def timings_of(log: TrainLog, where: str) -> pl.DataFrame:
         err = DataError if log.formats else ParseError
         raise err(refusal(log), where)
     return rows
-
-
-def looks_like_csv(data: bytes) -> bool:
-    """The first non-empty line is a header naming step and rank (comma-separated)."""
-    for raw in data[:65536].split(b"\n"):
-        if raw.strip():
-            names = {c.strip().strip('"').lower() for c in raw.decode(
-                "utf-8", errors="replace").split(",")}
-            return "step" in names and "rank" in names
-    return False
 
 
 def parse_csv(data: bytes, where: str, header: str | None = None) -> pl.DataFrame:

@@ -19,9 +19,9 @@ import contextlib
 import warnings as _warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
 
 from minutiae.analyses.stragglers.table import (
     HUGE_SECONDS,
@@ -33,6 +33,9 @@ from minutiae.analyses.stragglers.table import (
 )
 from minutiae.analyses.stragglers.types import Basis
 from minutiae.errors import DataError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 #: rank ids are dense axis indices: a 16 M-rank job at most (a rank id of 2**32 allocated 32 GiB)
 MAX_RANK_ID = 1 << 24
@@ -287,6 +290,8 @@ def _meta(df: pl.DataFrame, ri: np.ndarray, ranks: np.ndarray, leaf_of: Mapping[
           ) -> tuple[tuple[str | None, ...], np.ndarray, np.ndarray | None, tuple[str | None, ...]]:
     """Each rank's node, GPU, peer group (stage/role) and leaf: its first non-empty value.
     ``ri`` is each row's index into ``ranks``."""
+    import polars as pl
+
     cols = [c for c in ("node", "gpu", "stage", "leaf") if c in df.columns]
     n = ranks.size
     node: list[str | None] = [None] * n
@@ -333,6 +338,8 @@ def prepare_steps(df: pl.DataFrame, where: str, ranks: np.ndarray) -> TimingMatr
     sections): a direct scatter into the matrix, with the same skips and warnings as
     ``prepare`` for bad values, unknown ranks and duplicates. None when ``prepare`` is needed
     (sections, or columns to normalise)."""
+    import polars as pl
+
     cols = set(df.columns)
     if not {"step", "rank", "seconds"} <= cols or ("section" in cols and df["section"].drop_nulls()
                                                   .cast(pl.String).str.strip_chars().ne("").any()):

@@ -75,12 +75,8 @@ def read_timings_or_log(paths: list[Path]) -> tuple[pl.DataFrame | TrainLog, lis
     import polars as pl
 
     from minutiae.analyses.stragglers.formats.view import per_rank
-    from minutiae.analyses.stragglers.parse import (
-        PARQUET_MAGIC,
-        looks_like_csv,
-        parse_timings,
-        timings_of,
-    )
+    from minutiae.analyses.stragglers.parse import parse_timings, timings_of
+    from minutiae.analyses.stragglers.sniff import PARQUET_MAGIC, looks_like_csv
 
     frames: list[pl.DataFrame] = []
     logs: list[Path] = []

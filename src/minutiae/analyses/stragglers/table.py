@@ -4,10 +4,14 @@ section code. ``prep`` turns the result into dense matrices."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import polars as pl
 
 from minutiae.errors import DataError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 COMM_WORDS = ("allreduce", "all-reduce", "all_reduce", "reduce-scatter", "reduce_scatter",
               "reducescatter", "allgather", "all-gather", "all_gather", "alltoall", "all-to-all",
@@ -29,6 +33,8 @@ def _typed(df: pl.DataFrame) -> pl.DataFrame | None:
     no section (or an all-null one: step totals only) or role column, no bad value. Checked with eager Series and numpy (each polars
     query costs ~0.5 ms, more than the whole check for a job of 10,000 rows). None: not that
     case (``normalise`` does the general work and reports every repair)."""
+    import polars as pl
+
     cols = df.columns
     if "section" in cols and df["section"].null_count() == df.height:  # step totals only
         cols = [c for c in cols if c != "section"]
@@ -57,6 +63,8 @@ def _typed(df: pl.DataFrame) -> pl.DataFrame | None:
 def normalise(df: pl.DataFrame, where: str, warnings: list[str],
                ) -> tuple[pl.DataFrame, np.ndarray, list[str]]:
     """The canonical table, each row's section code and the section names."""
+    import polars as pl
+
     fast = _typed(df)
     if fast is not None:
         if _has_duplicates(fast, np.zeros(fast.height, dtype=np.int64)):
@@ -89,6 +97,8 @@ def normalise(df: pl.DataFrame, where: str, warnings: list[str],
 def _columns(df: pl.DataFrame) -> list[pl.Expr]:
     """The canonical columns of a table that has step, rank and seconds (typed, bad cells as
     null; ``stage`` joins stage and role when both are given)."""
+    import polars as pl
+
     cols = [pl.col("step").cast(pl.Int64, strict=False), pl.col("rank").cast(pl.Int64, strict=False),
             pl.col("seconds").cast(pl.Float64, strict=False)]
     if "section" in df.columns:
@@ -111,6 +121,8 @@ def _columns(df: pl.DataFrame) -> list[pl.Expr]:
 
 def _skip_bad(df: pl.DataFrame, where: str, warnings: list[str]) -> pl.DataFrame:
     """The rows with a valid step, rank and plausible duration; each kind of skip reported."""
+    import polars as pl
+
     n0 = df.height
     # every kind of bad row counted in numpy (nulls read as NaN), no query; most files have none
     step = df["step"].cast(pl.Float64).to_numpy()
@@ -177,6 +189,8 @@ def _section_codes(df: pl.DataFrame) -> tuple[np.ndarray, list[str]]:
 
 
 def _section_codes_of(section: pl.Series) -> tuple[np.ndarray, list[str]]:
+    import polars as pl
+
     names = sorted(section.unique().to_list())
     if len(names) == 1:
         return np.zeros(section.len(), dtype=np.int64), names

@@ -57,7 +57,8 @@ class GroupSplit:
     ``p_robust``: the largest p-value of the pooled hit effect with any one hit signature left
     out (1.0 with fewer than two): a change of one signature's own code at the time of the
     rollout is not a group effect; ``tested``: groupings tried (the cause test's Bonferroni
-    factor)."""
+    factor); ``partial``: False when the rest changed significantly the same way (a fleet-wide
+    change of uneven size: said as it is, tested and netted out as a fleet-wide one)."""
 
     grouping: str
     hit: tuple[tuple[str, Effect], ...]
@@ -68,6 +69,7 @@ class GroupSplit:
     p_heterogeneity: float
     p_robust: float = 1.0
     tested: int = 1
+    partial: bool = True
 
     def text(self, name: str) -> str:
         if self.hit_effect is None:
@@ -84,7 +86,8 @@ class GroupSplit:
                 "hit_effect": self.hit_effect.to_json() if self.hit_effect else None,
                 "rest": self.rest.to_json() if self.rest else None,
                 "signatures": self.signatures, "hit_signatures": list(self.hit_signatures),
-                "p_heterogeneity": self.p_heterogeneity, "p_robust": self.p_robust}
+                "p_heterogeneity": self.p_heterogeneity, "p_robust": self.p_robust,
+                "partial": self.partial}
 
 
 def family(signature: str) -> str:
@@ -165,9 +168,19 @@ def split_rollout(panel: Panel, xmat: np.ndarray, i: int, n_rollouts: int,
     hit_sigs = sorted({r.signature for r, on, h in zip(panel.runs, x > 0, hit_mask, strict=True)
                        if on and h})
     rest = pooled[1] if (x * rest_mask).any() else None
+    if _moved_too(pooled[0], rest):  # said as it is, tested and netted out fleet-wide
+        return GroupSplit(name, tuple(hit), pooled[0], rest, len(sigs), tuple(hit_sigs),
+                          min(1.0, p_het), 1.0, len(groups), partial=False)
     return GroupSplit(name, tuple(hit), pooled[0], rest, len(sigs), tuple(hit_sigs),
                       min(1.0, p_het), _leave_one_out(panel, others, x, hit_mask, lab, hit_sigs),
                       len(groups))
+
+
+def _moved_too(hit: Effect | None, rest: Effect | None) -> bool:
+    """The rest changed significantly the same way: a fleet-wide change of uneven size, not one
+    that hits some groups and leaves the others alone."""
+    return (hit is not None and rest is not None and rest.p_value < GROUP_P
+            and rest.change * hit.change > 0)
 
 
 def _leave_one_out(panel: Panel, others: np.ndarray, x: np.ndarray, hit: np.ndarray,

@@ -200,10 +200,10 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
     out = []
     splits = _greedy_splits(panel, xmat, len(ros), group_nuis, anys, alls)
     sig_of = np.array([r.signature for r in panel.runs])
-    hits = {j: xs * np.isin(sig_of, np.array(sp.hit_signatures)) for j, (sp, xs) in splits.items()}
+    hits = {j: _held(sp, xs, sig_of) for j, (sp, xs) in splits.items()}
     for i, ro in enumerate(ros):
         x = chosen[i]
-        extra = [h for j, h in hits.items() if j != i]
+        extra = [h for j, cols in hits.items() if j != i for h in cols]
         # net of the other rollouts' group effects: NCCL's hit on MoE models is not a driver
         # rollout's that went out the same week
         eff = effects[i] if not extra else fe_joint(
@@ -212,7 +212,8 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
         main = bool(eff is not None and eff.p_value < ALPHA / len(ros) and abs(eff.change) >= MIN_EFFECT
                     and overlap >= MIN_OVERLAP)
         by_sig = _per_signature(panel, np.column_stack([xmat, nuis]), i, sig_names, len(ros))
-        split, x_split = splits.get(i, (None, x))
+        shown, x_split = splits.get(i, (None, x))
+        split = shown if shown is not None and shown.partial else None  # uneven: fleet-wide
         cause, cost_eff, cost_mask = main, eff, np.ones(len(x), bool)
         if split is not None and split.hit_effect is not None:
             labels = np.array(split.hit_signatures)
@@ -234,7 +235,7 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
         use_all = x is alls[i]
         out.append(RolloutVerdict(ro.name, ro.attr, ro.old, ro.new, ro.start, len(ro.at),
                                   "all" if use_all else "any", eff, cause, cost,
-                                  int((x > 0).sum()), tuple(by_sig), overlap, split,
+                                  int((x > 0).sum()), tuple(by_sig), overlap, shown,
                                   int(missing[i].sum())))
     return sorted(out, key=lambda v: (not v.cause, -(abs(v.effect.change) if v.effect else 0.0)))
 
@@ -259,7 +260,7 @@ def _best_split(panel: Panel, xmat: np.ndarray, i: int, n_rollouts: int, nuis: n
 def _greedy_splits(panel: Panel, xmat: np.ndarray, n_rollouts: int, nuis: np.ndarray,
                    anys: list[np.ndarray], alls: list[np.ndarray],
                    ) -> dict[int, tuple[GroupSplit, np.ndarray]]:
-    """Group splits accepted strongest first, each refitted net of the hit groups of those
+    """Group splits accepted strongest first, each refitted net of the group effects of those
     accepted before it: two rollouts that went out together cannot both take one's effect."""
     first = {i: _best_split(panel, xmat, i, n_rollouts, nuis, anys[i], alls[i])
              for i in range(xmat.shape[1])}
@@ -270,12 +271,19 @@ def _greedy_splits(panel: Panel, xmat: np.ndarray, n_rollouts: int, nuis: np.nda
     for i in order:
         sp, xs = first[i]
         if accepted:
-            held = [x * np.isin(sig_of, np.array(a.hit_signatures)) for a, x in accepted.values()]
+            held = [h for a, x in accepted.values() for h in _held(a, x, sig_of)]
             sp, xs = _best_split(panel, xmat, i, n_rollouts, np.column_stack([nuis, *held]),
                                  anys[i], alls[i])
         if sp is not None and _strength(sp) > 0:
             accepted[i] = (sp, xs)
     return accepted
+
+
+def _held(sp: GroupSplit, x: np.ndarray, sig_of: np.ndarray) -> list[np.ndarray]:
+    """The columns that net a split out of the other rollouts' fits: its hit signatures, and
+    the rest too when it moved them as well (a fleet-wide change of uneven size)."""
+    hit = np.isin(sig_of, np.array(sp.hit_signatures))
+    return [x * hit] if sp.partial else [x * hit, x * ~hit]
 
 
 def _strength(sp: GroupSplit) -> float:

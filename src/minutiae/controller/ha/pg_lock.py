@@ -140,7 +140,10 @@ class PgAdvisoryLeadership:
 
     def _try_take(self, t0: float) -> None:
         c = self._connection()
-        row = c.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
+        # advisory locks are database-wide: the key carries the store's schema, so replica sets
+        # (or test runs) on other schemas of the same database never hold each other off
+        row = c.execute("SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))",
+                        (LOCK_KEY,)).fetchone()
         if not (row and row[0]):
             self._depose_if_silent(c)
             return

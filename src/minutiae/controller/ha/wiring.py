@@ -6,6 +6,7 @@ in-cluster); each takeover's epoch is written into the store, which fences the i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from minutiae.controller.ha.k8s_lease import KubeLeaseLeadership
     from minutiae.controller.store.postgres import PgStore
 
-__all__ = ["open_replica", "state_dir"]
+__all__ = ["open_replica", "state_dir", "wake_on_peers"]
 
 
 def open_replica(where: str, identity: str, clock: Clock, *, pool: int = 4,
@@ -59,3 +60,12 @@ def _lease(spec: str, kubeconfig: str | None, identity: str, clock: Clock, store
     cfg = load_kubeconfig(kubeconfig) if kubeconfig else load_in_cluster()
     return KubeLeaseLeadership(KubeClient(cfg), identity, clock, namespace=ns, name=name,
                                on_won=store.set_epoch)
+
+
+def wake_on_peers(store: ControllerStore, wake: Callable[[], None]) -> None:
+    """PostgreSQL: ``wake`` (the reconcile loop) when another replica stored a report that
+    changes a node, so the leader acts on what a standby took at once."""
+    from minutiae.controller.store.postgres import PgStore
+
+    if isinstance(store, PgStore):
+        store.listen(wake)

@@ -173,26 +173,26 @@ class FastPath:
         await self.app(scope, replay, send)
 
     async def _body(self, receive: Receive) -> bytes:
-        """The whole body, at most ``max_body`` bytes, within ``body_timeout`` seconds."""
+        """The whole body, at most ``max_body`` bytes, within ``body_timeout`` seconds (one
+        timer for the whole body: ``asyncio.timeout``, no task per chunk as ``wait_for``)."""
         chunks: list[bytes] = []
         size = 0
         more = True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.body_timeout
-        while more:
-            try:
-                msg = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                raise _Refused(408, f"body not received within {self.body_timeout:g} s",
-                               "timeout") from None
-            if msg["type"] == "http.disconnect":
-                raise _Gone
-            part = msg.get("body", b"")
-            size += len(part)
-            if size > self.max_body:
-                raise _Refused(413, f"body over {self.max_body} bytes", "too_large")
-            chunks.append(part)
-            more = msg.get("more_body", False)
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                while more:
+                    msg = await receive()
+                    if msg["type"] == "http.disconnect":
+                        raise _Gone
+                    part = msg.get("body", b"")
+                    size += len(part)
+                    if size > self.max_body:
+                        raise _Refused(413, f"body over {self.max_body} bytes", "too_large")
+                    chunks.append(part)
+                    more = msg.get("more_body", False)
+        except TimeoutError:
+            raise _Refused(408, f"body not received within {self.body_timeout:g} s",
+                           "timeout") from None
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
@@ -210,7 +210,9 @@ def _is_json(scope: Scope) -> bool:
 
 async def _answer(send: Send, code: int, payload: Any,
                   extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    data = json.dumps(payload, separators=(",", ":")).encode()
+    """``payload`` as JSON (``bytes``: already encoded by the handler)."""
+    data = payload if isinstance(payload, bytes) else json.dumps(
+        payload, separators=(",", ":")).encode()
     headers = [*_JSON, (b"content-length", str(len(data)).encode()), *(extra or [])]
     await send({"type": "http.response.start", "status": code, "headers": headers})
     await send({"type": "http.response.body", "body": data})

@@ -64,9 +64,10 @@ class ControllerStore(Protocol):
     path: str
 
     def save_reports(self, rows: Iterable[tuple[str, float, str, str, str]],
-                     beats: Iterable[tuple[float, str]] = ()) -> None:
+                     beats: Iterable[tuple[float, str]] = (), wake: bool = False) -> None:
         """Full reports (node, received, body, domains, digest) and heartbeats (received,
-        node), in one transaction; a stored report is never replaced by an older one."""
+        node), in one transaction; a stored report is never replaced by an older one.
+        ``wake``: tell the other replicas (PostgreSQL: NOTIFY) a report changed a node."""
         ...
     def load_reports(self) -> list[tuple[str, float, str, str]]: ...
     def reports_since(self, cursor: int) -> tuple[list[tuple[str, float, str | None]], int]:

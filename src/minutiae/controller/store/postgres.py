@@ -92,15 +92,18 @@ _SEQ_OVERLAP = 1000
 #: are either reports or heartbeats, so the two parts never touch one row.
 _SAVE = (
     "WITH up AS (INSERT INTO nodes(node, received, report, domains, digest, writer) "
-    "SELECT u.*, ? FROM unnest(?::text[], ?::float8[], ?::text[], ?::text[], ?::text[]) "
+    "SELECT u.*, ? FROM unnest(%b::text[], %b::float8[], %b::text[], %b::text[], %b::text[]) "
     "AS u(node, received, report, domains, digest) ORDER BY u.node "
     "ON CONFLICT(node) DO UPDATE SET received=excluded.received, report=excluded.report, "
     "domains=excluded.domains, digest=excluded.digest, seq=nextval('nodes_seq'), "
     "writer=excluded.writer WHERE nodes.received <= excluded.received RETURNING 1), "
     "re AS (UPDATE nodes SET received=b.t, seq=nextval('nodes_seq'), writer=? "
-    "FROM unnest(?::text[], ?::float8[]) AS b(node, t) "
+    "FROM unnest(%b::text[], %b::float8[]) AS b(node, t) "
     "WHERE nodes.node=b.node AND nodes.received < b.t RETURNING 1) "
-    "SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM re)")
+    "SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM re), "
+    "CASE WHEN ? THEN pg_notify('minutiae_reports', ?) END")
+#: the channel a replica's stored report that changes a node wakes the others on
+CHANNEL = "minutiae_reports"
 
 
 def redact(dsn: str) -> str:
@@ -219,15 +222,35 @@ class PgStore:
 
     # ---- reports -------------------------------------------------------------------------
     def save_reports(self, rows: Iterable[tuple[str, float, str, str, str]],
-                     beats: Iterable[tuple[float, str]] = ()) -> None:
+                     beats: Iterable[tuple[float, str]] = (), wake: bool = False) -> None:
         rows = sorted(rows)
         beats = sorted(beats, key=lambda b: b[1])
         if not rows and not beats:
             return
         me = self.identity
         cols: list[list[Any]] = [list(c) for c in zip(*rows, strict=True)] or [[]] * 5
-        self._one(_SAVE, (me, *cols, me, [n for _t, n in beats], [t for t, _n in beats]),
-                  retry=True)
+        self._one(_SAVE, (me, *cols, me, [n for _t, n in beats], [t for t, _n in beats],
+                          wake, me), retry=True)
+
+    def listen(self, wake: Callable[[], None], stop: threading.Event | None = None) -> None:
+        """Call ``wake`` whenever another replica stored a report that changes a node (its
+        NOTIFY), from a thread with a connection of its own (reconnecting after a failure):
+        the leader decides on a report a standby took at once, not at its next interval."""
+        halt = stop or threading.Event()
+
+        def run() -> None:
+            while not halt.is_set():
+                try:
+                    with self.connect() as c:
+                        c.autocommit = True
+                        c.execute(f"LISTEN {CHANNEL}")
+                        while not halt.is_set():
+                            for n in c.notifies(timeout=1.0):
+                                if n.payload != self.identity:
+                                    wake()
+                except (psycopg.Error, StoreError):
+                    halt.wait(1.0)
+        threading.Thread(target=run, name="minutiae-listen", daemon=True).start()
 
     def load_reports(self) -> list[tuple[str, float, str, str]]:
         return [(r[0], r[1], r[2], r[3]) for r in

@@ -97,7 +97,7 @@ class Store:
 
     # ---- reports -------------------------------------------------------------------------
     def save_reports(self, rows: Iterable[tuple[str, float, str, str, str]],
-                     beats: Iterable[tuple[float, str]] = ()) -> None:
+                     beats: Iterable[tuple[float, str]] = (), wake: bool = False) -> None:
         """Upsert (node, received, report JSON, domains JSON, digest) rows and re-date
         unchanged reports (heartbeats: (received, node)) in one transaction."""
         rows, beats = list(rows), list(beats)

@@ -80,8 +80,11 @@ def simulate_ib(times: np.ndarray, ports: int, events: list[TruthEvent], boots: 
         win = (times >= ev.start) & (times < ev.end)
         first = int(np.searchsorted(times, ev.start))
         if ev.cls == "ib_link_down":
+            # a failed link keeps training: DOWN / Polling, as the real H100 capture of GPUd's
+            # testdata shows (tests/data/realdata/infiniband/gpud/ibstat.47.0.h100.some.down.
+            # with.polling.1); Disabled is a port switched off by software, not a fault
             state[win, p] = 1
-            phys[win, p] = 3
+            phys[win, p] = 2
             if first < t_n:
                 inc["link_downed"][first, p] += 1
                 inc["link_error_recovery"][first, p] += int(rng.integers(1, 4))

@@ -68,8 +68,10 @@ def _num(expr: pl.Expr, pattern: str, group: int = 1) -> pl.Expr:
     return expr.str.extract(pattern, group).cast(pl.Float64, strict=False)
 
 
-def read(lines: pl.DataFrame, carry: Carry) -> Found:
-    """Megatron records in one chunk of lines; ``carry`` is the state the previous chunk left."""
+def read(lines: pl.DataFrame, carry: Carry, taken: pl.DataFrame | None = None) -> Found:
+    """Megatron records in one chunk of lines; ``carry`` is the state the previous chunk left;
+    ``taken``: rank lines already read from the bytes (``no``, ``rank``, ``seconds``:
+    ``formats.fastrank``), placed in their blocks like the rank lines of ``lines``."""
     line = pl.col("line")
     is_rank = line.str.contains(r"^\s+rank\s+\d+:")
     ranks_l = lines.filter(is_rank)
@@ -120,7 +122,7 @@ def read(lines: pl.DataFrame, carry: Carry) -> Found:
     bad = o.filter(~consumed & line.str.contains("elapsed[ _]time[ _]per[ _]iteration")).select(
         "no", "line")
     rest = o.filter(~consumed & (k != "b")).select("no", "line", "prefix_rank")
-    ranks, orphans = _ranks(ranks_l, state)
+    ranks, orphans = _ranks(ranks_l, state, taken)
     kv = o.filter((k == "it") & line.str.contains("elapsed_time_per_iteration_ms=")).height
     return Found(ranks, steps, minmax, rest, bad, new_carry, kv, orphans)
 
@@ -139,20 +141,28 @@ def _steps(it: pl.DataFrame) -> pl.DataFrame:
         pl.lit(NAME).alias("source"))
 
 
-def _ranks(rl: pl.DataFrame, state: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _ranks(rl: pl.DataFrame, state: pl.DataFrame,
+           taken: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Rank value lines with the step, block and timer name of the state line before them
     (``state`` starts with the carried-over state at line -1)."""
     schema = {"step": pl.Int32, "rank": pl.Int32, "seconds": pl.Float32,
               "section": pl.Categorical}
-    if rl.height == 0:
+    if rl.height == 0 and (taken is None or taken.height == 0):
         return pl.DataFrame(schema=schema), pl.DataFrame(schema={"no": pl.Int64})
-    # "     rank 12: 1180.20" split at the colon (one pass, no regex: the bulk of a big log)
+    # "     rank 12: 1180.20" split at the colon (one pass, no regex)
     parts = pl.col("line").str.strip_chars_start().str.split_exact(":", 1)
     vals = rl.select(
         "no", parts.struct.field("field_0").str.slice(4).str.strip_chars()
         .cast(pl.Int32, strict=False).alias("rank"),
         (parts.struct.field("field_1").str.strip_chars().cast(pl.Float64, strict=False) / 1000.0)
         .cast(pl.Float32).alias("seconds"))
+    if taken is not None and taken.height:
+        vals = taken.merge_sorted(vals, key="no") if vals.height else taken  # both in line order
+    return _place(vals, state)
+
+
+def _place(vals: pl.DataFrame, state: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Each value line takes the step and timer of the last state line at or before it."""
     st = state.select("no", pl.col("_step").cast(pl.Int32),
                       pl.col("_sec").cast(pl.Categorical),
                       ((pl.col("_mode") == "all") & (pl.col("_sec") != "")

@@ -15,10 +15,12 @@ import dataclasses
 import io
 import mmap
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
+import numpy as np
 import polars as pl
 
-from minutiae.analyses.stragglers.formats import megatron
+from minutiae.analyses.stragglers.formats import fastrank, megatron
 from minutiae.analyses.stragglers.formats.base import LineReader
 from minutiae.analyses.stragglers.formats.prefix import strip_frame
 from minutiae.analyses.stragglers.formats.registry import READERS
@@ -36,31 +38,46 @@ RANKS_OUT = {"step": pl.Int32, "rank": pl.Int32, "seconds": pl.Float32, "section
 _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 
 
-def _chunks(data: Buffer, size: int, stop: int) -> Iterator[tuple[int, bytes]]:
-    """(first line number, bytes of whole lines) pieces of ``data[:stop]`` (``data`` may be an
-    mmap of the file: only one piece is in memory at a time)."""
-    start, line0 = 0, 1
+class _Renumber(Exception):
+    """The lines left after the fast path did not come back one row each."""
+
+
+def _spans(data: Buffer, size: int, stop: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of pieces of whole lines of ``data[:stop]`` (``data`` may be an mmap of the
+    file: only one piece is in memory at a time)."""
+    start = 0
     while start < stop:
         end = min(stop, start + size)
         if end < stop:
             cut = data.rfind(b"\n", start, end)
             end = cut + 1 if cut >= start else (data.find(b"\n", end) + 1 or stop)
-        piece = data[start:end]
-        yield line0, piece
-        line0 += piece.count(b"\n")
+        yield start, end
         start = end
 
 
-def _lines(piece: bytes, line0: int) -> pl.DataFrame:
-    """Numbered lines of a chunk (blank lines kept, so numbers are the file's), tqdm's ``\r``
-    redraws split, ANSI colours dropped, launcher prefixes stripped."""
+def _release(data: Buffer, start: int, end: int) -> None:
+    """Drop a mapped piece once read: its pages stay in the page cache, not in our memory."""
+    if isinstance(data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        first = start - start % mmap.PAGESIZE
+        data.madvise(mmap.MADV_DONTNEED, first, end - first)
+
+
+def _lines(piece: bytes, line0: int, numbers: np.ndarray | None = None) -> pl.DataFrame:
+    """Numbered lines of a chunk (blank lines kept, so numbers are the file's; ``numbers``: the
+    chunk's line index of each line when some were taken out), tqdm's ``\r`` redraws split,
+    ANSI colours dropped, launcher prefixes stripped."""
     if b"\x1f" in piece:  # the separator that keeps each line one cell
         piece = piece.replace(b"\x1f", b" ")
     df = pl.read_csv(io.BytesIO(piece), has_header=False, separator="\x1f", quote_char=None,
                      new_columns=["line"], schema={"line": pl.String}, encoding="utf8-lossy",
-                     truncate_ragged_lines=True)
-    df = df.with_columns(pl.col("line").fill_null("")).with_row_index("no", offset=line0)
-    df = df.with_columns(pl.col("no").cast(pl.Int64))
+                     truncate_ragged_lines=True) if piece else pl.DataFrame(schema={"line": pl.String})
+    df = df.with_columns(pl.col("line").fill_null(""))
+    if numbers is None:
+        df = df.with_row_index("no", offset=line0).with_columns(pl.col("no").cast(pl.Int64))
+    elif df.height == numbers.size:
+        df = df.select(pl.Series("no", numbers + line0, pl.Int64), "line")
+    else:
+        raise _Renumber
     if b"\r" in piece:
         df = df.with_columns(pl.col("line").str.split("\r")).explode("line")
     if b"\x1b[" in piece:
@@ -92,10 +109,14 @@ def parse_log(data: Buffer, where: str, chunk: int = CHUNK) -> TrainLog:
     carry = megatron.Carry()
     ranks, steps, minmax, bad, orphans = [], [], [], [], []
     lines = key_value = 0
-    for line0, piece in _chunks(data, chunk, stop):
-        df = _lines(piece, line0)
-        lines = line0 + piece.count(b"\n") - 1
-        found = megatron.read(df, carry)
+    line0 = 1
+    for df, taken, count in _pieces(data, chunk, stop):
+        if line0 != 1:  # pieces are numbered from 1 each
+            df = df.with_columns(pl.col("no") + (line0 - 1))
+            taken = None if taken is None else taken.with_columns(pl.col("no") + (line0 - 1))
+        lines = line0 + count - 1
+        line0 += count
+        found = megatron.read(df, carry, taken)
         carry = found.carry
         ranks.append(found.ranks)
         steps.append(found.steps)
@@ -120,6 +141,70 @@ def parse_log(data: Buffer, where: str, chunk: int = CHUNK) -> TrainLog:
     if key_value and log.formats[:1] == ("megatron",):
         log = dataclasses.replace(log, formats=("megatron-deepspeed", *log.formats[1:]))
     return log
+
+
+Piece = tuple[pl.DataFrame, pl.DataFrame | None, int]
+
+
+def _pieces(data: Buffer, chunk: int, stop: int) -> Iterator[Piece]:
+    """Each piece split (``_split``, lines numbered from 1) in a second thread, one piece ahead
+    of the caller, which reads the one before it meanwhile (numpy and polars release the GIL);
+    a piece of a mapped file is released once split."""
+    known: dict[bytes, bool] = {}
+    with ThreadPoolExecutor(1) as pool:
+        ahead: tuple[Future[Piece], int, int] | None = None
+        for start, end in _spans(data, chunk, stop):
+            job = pool.submit(_split, data, start, end, known)
+            if ahead is not None:
+                yield _done(data, *ahead)
+            ahead = (job, start, end)
+        if ahead is not None:
+            yield _done(data, *ahead)
+
+
+def _done(data: Buffer, job: Future[Piece], start: int, end: int) -> Piece:
+    piece = job.result()
+    _release(data, start, end)
+    return piece
+
+
+def _split(data: Buffer, start: int, end: int, known: dict[bytes, bool]) -> Piece:
+    """The piece's lines for the general readers, Megatron's rank lines read from the bytes
+    (``fastrank``: the bulk of an ``all`` log) when it has any, and its number of lines."""
+    if data.find(b"rank ", start, end) < 0:
+        piece = data[start:end]
+        return _lines(piece, 1), None, piece.count(b"\n")
+    # the piece in place (no copy), with up to 8 bytes after it for its last line's words
+    view = np.frombuffer(data, np.uint8, min(end + 8, len(data)) - start, start)
+    try:
+        found = fastrank.scan(view, end - start, _general_rank, known)
+        blob, numbers = fastrank.rest(view, found)
+        taken: fastrank.Taken | None = found
+    except Exception:  # noqa: BLE001 -- never worse than the general reader; and no array may
+        taken = None   # outlive this frame in a traceback (an mmap with one cannot be closed)
+    finally:
+        del view
+    if taken is None or taken.count == 0:
+        piece = data[start:end]
+        return _lines(piece, 1), None, piece.count(b"\n")
+    count = taken.newlines.size
+    try:
+        rest = _lines(blob, 1, numbers)
+    except _Renumber:  # the CSV reader saw a different number of lines: read it all as text
+        return _lines(data[start:end], 1), None, count
+    frame = pl.DataFrame({"no": taken.lines + 1, "rank": taken.rank,
+                          "seconds": taken.seconds},
+                         schema={"no": pl.Int64, "rank": pl.Int32, "seconds": pl.Float32})
+    return rest, frame, count
+
+
+def _general_rank(line: bytes) -> tuple[int, float] | None:
+    """What the general reader makes of one line inside a ``times across ranks`` block."""
+    found = megatron.read(_lines(line + b"\n", 1), megatron.Carry(1, "all", "t"))
+    if found.ranks.height != 1 or found.orphans.height:
+        return None
+    rank, seconds = found.ranks.row(0)[1:3]
+    return int(rank), float(seconds)
 
 
 def _feed(readers: list[LineReader], rest: pl.DataFrame) -> None:

@@ -2,8 +2,11 @@
 
 What puts text in front of a training framework's own line:
 
-- log shippers / ``kubectl logs --timestamps`` / journald exports: an ISO-8601 time
-  (``2024-10-23T01:29:30.123456789Z ``, ``2024-10-23 01:29:30,123 ``);
+- ``docker compose logs``: the service's container name, padding and a bar
+  (``training-nlp-azure-1  | ``), before any of the others;
+- log shippers / ``kubectl logs --timestamps`` / journald exports: an ISO-8601 time and one
+  space (``2024-10-23T01:29:30.123456789Z ``, ``2024-10-23 01:29:30,123 ``); the line's own
+  indentation after it is kept (Megatron's timer lines are indented);
 - ``srun -l`` / ``srun --label``: the task id and a colon, right-aligned (`` 0: ``, ``15: ``);
 - OpenMPI ``--tag-output``: ``[1,15]<stdout>:``;
 - torchrun ``--tee``/``--log-dir``: ``[default15]:`` (the *local* rank) or ``[rank15]:`` (global).
@@ -18,16 +21,18 @@ from __future__ import annotations
 
 import polars as pl
 
-_TS = r"(?:\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?\s+)?"
+#: one separator only: the line's own indentation is part of it (Megatron's timer blocks)
+_TS = r"(?:\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?\s)?"
 _SRUN = r"(?:\s{0,6}(?P<task>\d{1,6}):\s)?"
 _MPI = r"(?:\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:\s?)?"
 _TORCHRUN = r"(?:\[(?P<kind>default|rank)(?P<local>\d{1,6})\]:)?"
-PREFIX = "^" + _TS + _SRUN + _MPI + _TORCHRUN
+_COMPOSE = r"(?:[A-Za-z0-9][\w.-]*\s+\|\s)?"
+PREFIX = "^" + _COMPOSE + _TS + _SRUN + _MPI + _TORCHRUN
 
 
 #: what every prefix starts with (a cheap test: a log without any is left as it is)
 _ANY = (r"^(?:\[?\d{4}-\d{2}-\d{2}[T ]|\s{0,6}\d{1,6}:\s|\[\d+,\d+\]<std|"
-        r"\[(?:default|rank)\d)")
+        r"\[(?:default|rank)\d|[A-Za-z0-9][\w.-]*\s+\|\s)")
 
 
 def strip_frame(lines: pl.DataFrame, column: str = "line") -> pl.DataFrame:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from minutiae.errors import SourceUnavailable
+from minutiae.inputs import BINARY_PROBE, MAX_NO_NEWLINE
 
 SOURCE = "kernel-log"
 CHUNK = 1 << 20
@@ -65,10 +66,15 @@ def _read_file(path: Path, st: os.stat_result, cursor: dict[str, Any] | None) ->
                 block = fh.read(CHUNK)
                 if not block:
                     break
+                if not chunks and not rest:
+                    _text_or_refuse(path, block[:BINARY_PROBE])
                 offset += len(block)
                 block = rest + block
                 cut = block.rfind(b"\n") + 1
                 if cut == 0:
+                    if len(block) > MAX_NO_NEWLINE:  # bounded memory: an endless line is no log
+                        raise SourceUnavailable(SOURCE, f"{path}: no line end in "
+                                                        f"{MAX_NO_NEWLINE >> 20} MiB: not a text log")
                     rest = block
                     continue
                 chunks.append(block[:cut])
@@ -79,6 +85,14 @@ def _read_file(path: Path, st: os.stat_result, cursor: dict[str, Any] | None) ->
         raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
     new = {"path": str(path), "dev": st.st_dev, "ino": st.st_ino, "offset": offset}
     return chunks, new, not same
+
+
+def _text_or_refuse(path: Path, head: bytes) -> None:
+    """A file whose first 64 KiB hold NUL bytes and no line end (a sparse or binary file) is
+    not a kernel log (logscan says the same)."""
+    if b"\0" in head and b"\n" not in head:
+        raise SourceUnavailable(SOURCE, f"{path}: binary data (NUL bytes, no line ends), not a "
+                                        "kernel log")
 
 
 def _seq(record: bytes) -> int:

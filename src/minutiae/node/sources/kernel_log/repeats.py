@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from minutiae.model.vocab import Severity
 from minutiae.node.sources.kernel_log.parse import MAX_MESSAGE, Memo
@@ -44,20 +45,28 @@ Match = Callable[[str], tuple[bool, Memo | None]]
 HowCounted = Callable[[Memo], Counted]
 LinePlan = Callable[[Memo, datetime | None], GroupPlan]
 Sink = Callable[[GroupPlan, datetime | None, int, str | bytes], None]
+#: ``count`` lines of one plan at once: plan, earliest and latest time, last line number, count
+Tally = Callable[[GroupPlan, datetime | None, datetime | None, int, int], None]
 #: style, stamp start and end (-1: no stamp), ISO offset length (-1: not ISO), tag prefix
 _Form = tuple[str, int, int, int, str]
-_Seen = tuple[_Form, str, Memo | None, GroupPlan | Counted | None]
+#: a plain rule's repeats of one message not yet given to the sink: count, earliest and latest
+#: time, last line number
+_Acc = list[Any]
+_Seen = tuple[_Form, str, Memo | None, GroupPlan | Counted | None, _Acc | None]
 
 
 class RepeatCounter:
     """The parser's ``repeats`` hook: lines it can count go to ``sink`` as (plan, time, line
     number, line) when their severity is ``floor`` or more (the line is the raw bytes when it
-    was never decoded: the sink decodes it only if it keeps it)."""
+    was never decoded: the sink decodes it only if it keeps it). With ``tally``, the repeats of
+    a message of a plain rule after its first line are counted here (count, earliest and latest
+    time, last line) and given to ``tally`` by :meth:`flush`: a call per message, not per line."""
 
     def __init__(self, match: Match, counted: HowCounted, line_plan: LinePlan, sink: Sink, *,
-                 year: int | None, floor: Severity = Severity.INFO) -> None:
+                 year: int | None, floor: Severity = Severity.INFO,
+                 tally: Tally | None = None) -> None:
         self._match, self._counted, self._line_plan = match, counted, line_plan
-        self._sink, self._year, self._floor = sink, year, floor
+        self._sink, self._year, self._floor, self._tally = sink, year, floor, tally
         self._plans: dict[str, GroupPlan | Counted] = {}  # message → its plan, or how counted
         self._forms: dict[bytes, _Form] = {}  # prefix shape → how lines of that shape split
         #: (prefix shape, message bytes) → form, message, its match, how it counts
@@ -82,10 +91,19 @@ class RepeatCounter:
 
     def _again(self, seen: _Seen, buf: bytes, start: int, at: int, end: int, line_no: int,
                st: ScanState) -> bool:
-        form, _, memo, plan = seen
+        form, _, memo, plan, acc = seen
         if plan is None or memo is None:
             return True  # no rule matches: no event
         t = self._time(form, buf, start, at, st)
+        if acc is not None:  # a plain rule: tallied, given to the sink by flush()
+            acc[0] += 1
+            if t is not None:
+                if acc[1] is None or t < acc[1]:
+                    acc[1] = t
+                if acc[2] is None or t > acc[2]:
+                    acc[2] = t
+            acc[3] = line_no
+            return True
         if not isinstance(plan, GroupPlan):  # Counted.PER_LINE: a catalog rule
             plan = self._line_plan(memo, t)
         if plan.severity >= self._floor:
@@ -110,9 +128,23 @@ class RepeatCounter:
             if plan is None:
                 return False
         if len(self._seen) >= MAX_REMEMBERED:
+            self.flush()
             self._seen.clear()
-        self._seen[shape, buf[at:end]] = (form, message, memo, plan)
+        acc = None
+        if self._tally is not None and isinstance(plan, GroupPlan) and plan.severity >= self._floor:
+            acc = [0, None, None, 0]
+        self._seen[shape, buf[at:end]] = (form, message, memo, plan, acc)
         return True
+
+    def flush(self) -> None:
+        """Give the tallied repeats to ``tally`` (at the end of a scan; before forgetting)."""
+        tally = self._tally
+        if tally is None:
+            return
+        for _, _, _, plan, acc in self._seen.values():
+            if acc is not None and acc[0] and isinstance(plan, GroupPlan):
+                tally(plan, acc[1], acc[2], acc[3], acc[0])
+                acc[:] = [0, None, None, 0]
 
     def _time(self, form: _Form, buf: bytes, start: int, at: int,
               st: ScanState) -> datetime | None:

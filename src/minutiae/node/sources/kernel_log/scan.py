@@ -38,12 +38,14 @@ def scan_groups(chunks: Iterable[bytes], *, year: int | None = None,
     agg = Aggregator() if into is None else into
     parser = KernelLogParser(rules, year=year)
     mapper = LogFindingMapper(parser.rules)
-    parser.repeats = RepeatCounter(
+    parser.repeats = repeats = RepeatCounter(
         parser.match_single, lambda memo: mapper.counted(memo[4]),
-        lambda memo, t: mapper.line_plan(*memo, t), agg.add_plan, year=year, floor=floor)
+        lambda memo, t: mapper.line_plan(*memo, t), agg.add_plan, year=year, floor=floor,
+        tally=agg.add_tally)
     finding, add = mapper.finding, agg.add
     for ev in parser.parse_chunks(chunks):
         f = finding(ev)
         if f.severity >= floor:
             add(f)
+    repeats.flush()
     return agg
