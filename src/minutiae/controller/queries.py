@@ -7,11 +7,14 @@ an older version's ``legacy``) made a drain, None for an admin's or another tool
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from minutiae.controller.reconcile import assess
 from minutiae.controller.state import ControllerMemory, Health, Report
-from minutiae.controller.views import explain_view, status_view
+from minutiae.controller.views import count_rows, explain_view, status_view, tally
 from minutiae.errors import BackendError, MinutiaeError
 
 if TYPE_CHECKING:
@@ -41,6 +44,80 @@ def node_row(ctl: Controller, node: str) -> dict[str, Any] | None:
     return _row(ctl, node, rep, dom, ctl.clock.now(), ctl.memory)
 
 
+class RowCache:
+    """:func:`node_rows` kept between calls (the web UI's snapshot): a node's row is made again
+    only when what it is made of changed — its report (a heartbeat re-dates it: a new report),
+    domains, memory, scheduler state, dry-run overlay, or whether the report went stale; the
+    policy or dry-run switched remakes them all. A kept row's ``report_age_s`` is the age when
+    it was made. ``refresh`` returns the same list while no row changed, so what was rendered
+    from it stays valid; ``made``: rows made by the last refresh (what a refresh cost)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rows: list[dict[str, Any]] = []
+        #: the rows' counts for ``status`` (``views.count_rows``), kept as rows change
+        self.counted: Counter[str] = Counter()
+        self.made = 0
+        self._at: dict[str, int] = {}                  # node -> index in rows
+        self._keys: dict[str, tuple[object, ...]] = {}
+        self._names: set[str] = set()
+        self._of: tuple[object, ...] = ()
+
+    def refresh(self, ctl: Controller, nodes: Collection[str] | None = None
+                ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """Every node's row up to date, and their counts; ``nodes``: only these may have
+        changed (after an action on them: no other row is looked at). A node new to the fleet
+        remakes the list."""
+        with self.lock:
+            self.made = 0
+            got = None if nodes is None else self._part(ctl, nodes)
+            names, reports = got or self._whole(ctl)
+            now, mem = ctl.clock.now(), ctl.memory
+            with ctl._lock:
+                doms = {n: ctl.intake.domains.get(n) or {} for n in names}
+            rows = None
+            for n in names:
+                r = reports.get(n)
+                k = (r, doms[n], mem.nodes.get(n), ctl._sched.get(n, (None,))[0],
+                     ctl._overlay.get(n) if ctl.dry_run else None,
+                     r is None or now - r.time > ctl.policy.stale_after_s)
+                if self._keys.get(n) != k:
+                    rows = list(self.rows) if rows is None else rows
+                    i = self._at[n]
+                    if n in self._keys:
+                        self.counted.subtract(tally(rows[i]))
+                    rows[i] = _row(ctl, n, r, doms[n], now, mem)
+                    self.counted.update(tally(rows[i]))
+                    self._keys[n] = k
+                    self.made += 1
+            if rows is not None:
+                self.rows = rows
+            return self.rows, dict(+self.counted)   # without the zeros
+
+    def _part(self, ctl: Controller, nodes: Collection[str]
+              ) -> tuple[set[str], dict[str, Report]] | None:
+        """``nodes`` of the fleet and their reports; None when one is new (or the policy
+        changed): the whole fleet then."""
+        with ctl._lock:
+            reports = {n: r for n in nodes if (r := ctl._reports.get(n)) is not None}
+        names = {n for n in nodes if n in reports or n in ctl._known}
+        if not names <= self._names or (ctl.policy, ctl.dry_run) != self._of:
+            return None
+        return names, reports
+
+    def _whole(self, ctl: Controller) -> tuple[set[str], dict[str, Report]]:
+        with ctl._lock:
+            reports = dict(ctl._reports)
+        names = reports.keys() | ctl._known
+        if names != self._names or (ctl.policy, ctl.dry_run) != self._of:
+            self._of, self._names, self._keys = (ctl.policy, ctl.dry_run), names, {}
+            self.counted = Counter()
+            order = sorted(names)
+            self._at = {n: i for i, n in enumerate(order)}
+            self.rows = [{"node": n} for n in order]   # every row made below
+        return names, reports
+
+
 def _row(ctl: Controller, n: str, r: Report | None, domains: dict[str, str],
          now: float, mem: ControllerMemory) -> dict[str, Any]:
     m = mem.nodes.get(n)
@@ -62,9 +139,12 @@ def _row(ctl: Controller, n: str, r: Report | None, domains: dict[str, str],
         else "; ".join(a.evidence)}
 
 
-def status(ctl: Controller, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The fleet summary; ``rows``: :func:`node_rows` already built (the web UI's snapshot)."""
+def status(ctl: Controller, rows: list[dict[str, Any]] | None = None,
+           counted: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The fleet summary; ``rows``: :func:`node_rows` already built and ``counted``, their
+    :func:`~minutiae.controller.views.count_rows` (the web UI's snapshot keeps both)."""
     rows = node_rows(ctl) if rows is None else rows
+    counted = count_rows(rows) if counted is None else counted
     with ctl._lock:
         c = ctl.counters
         problems = [{"time": t, "what": w} for t, w in list(c.problems)[-20:]]
@@ -78,13 +158,13 @@ def status(ctl: Controller, rows: list[dict[str, Any]] | None = None) -> dict[st
                   "store_writes": ctl.committer.writes,
                   "store_write_s": round(ctl.committer.write_s, 6),
                   "store_write_cpu_s": round(ctl.committer.write_cpu_s, 6)}
-    out = status_view(rows, dry_run=ctl.dry_run, scheduler=ctl.backend.name,
+    out = status_view(counted, len(rows), dry_run=ctl.dry_run, scheduler=ctl.backend.name,
                       policy=ctl.policy.source, pause=ctl.memory.pause,
                       pending=len(ctl.store.pending()), last_step=ctl.last_step,
                       counts=counts, problems=problems)
     out["identity"] = ctl.owner
     # dry-run: what minutiae would have drained, beside the scheduler's own word above
-    out["would_be_drained"] = sum(1 for r in rows if r.get("would"))
+    out["would_be_drained"] = counted.get("would_be_drained", 0)
     out["retrying"] = ctl.retries.to_json()
     out.update(ctl.leadership.status().to_json())
     return out

@@ -2,30 +2,53 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from minutiae.controller.reconcile import Assessment
 from minutiae.controller.state import Health, Pause, Verb, resolve_command, scheduler_undo
 from minutiae.schedulers.base import HCP_OWNER, LEGACY_OWNER
 
+_OUT = frozenset(("drained", "draining", "down"))
 
-def status_view(rows: Sequence[Mapping[str, Any]], *, dry_run: bool, scheduler: str,
+
+def tally(r: Mapping[str, Any]) -> tuple[str, ...]:
+    """What one node row adds to ``status``'s counts: its health, and ``unavailable``,
+    ``silent`` (in service by the scheduler's word, but no fresh report: the safety budget
+    counts it unavailable), ``never_reported``, ``would_be_drained`` (dry-run) where they hold.
+    :func:`count_rows` sums them; the web UI keeps the sum as rows change."""
+    t = [r["health"]]
+    if r["sched"] in _OUT:
+        t.append("unavailable")
+    elif r.get("silent"):
+        t.append("silent")
+    if r.get("report_age_s", 0) is None:
+        t.append("never_reported")
+    if r.get("would"):
+        t.append("would_be_drained")
+    return tuple(t)
+
+
+def count_rows(rows: Iterable[Mapping[str, Any]]) -> Counter[str]:
+    """The rows' :func:`tally`, summed (one pass)."""
+    c: Counter[str] = Counter()
+    for r in rows:
+        c.update(tally(r))
+    return c
+
+
+def status_view(counted: Mapping[str, int], nodes: int, *, dry_run: bool, scheduler: str,
                 policy: str, pause: Pause | None, pending: int, last_step: float | None,
                 counts: Mapping[str, int | float | None],
                 problems: list[dict[str, Any]]) -> dict[str, Any]:
-    health = {h.value: 0 for h in Health}
-    for r in rows:
-        health[r["health"]] += 1
+    """``counted``: the fleet's rows :func:`count_rows`, ``nodes`` of them."""
     return {
-        "dry_run": dry_run, "scheduler": scheduler, "policy": policy, "nodes": len(rows),
-        "health": health,
-        "unavailable": sum(1 for r in rows if r["sched"] in ("drained", "draining", "down")),
-        # in service by the scheduler's word, but no fresh report (counted as unavailable by
-        # the safety budget)
-        "silent": sum(1 for r in rows if r.get("silent")
-                      and r["sched"] not in ("drained", "draining", "down")),
-        "never_reported": sum(1 for r in rows if r.get("report_age_s", 0) is None),
+        "dry_run": dry_run, "scheduler": scheduler, "policy": policy, "nodes": nodes,
+        "health": {h.value: counted.get(h.value, 0) for h in Health},
+        "unavailable": counted.get("unavailable", 0),
+        "silent": counted.get("silent", 0),
+        "never_reported": counted.get("never_reported", 0),
         "paused": None if pause is None else {"reason": pause.reason, "since": pause.since,
                                               "by": pause.by},
         "pending_actions": pending, "last_step": last_step, "counters": dict(counts),

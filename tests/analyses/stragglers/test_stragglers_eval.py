@@ -121,7 +121,7 @@ def test_simulated_job_shapes_never_crash(nodes: int, gpus: int, stages: int, ex
 def test_eval_counts_crashed_jobs_in_the_status(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """A job whose analysis crashes is counted in the detector's status and JSON, not only
     listed among the notes (eval carries on with the other jobs)."""
-    import minutiae.analyses.stragglers.analysis as stragglers_mod
+    import minutiae.analyses.stragglers.runs as stragglers_mod  # eval's path: analyse_runs
     from minutiae.sim.api import run_sim
     from minutiae.sim.dataset import load_dataset
     from minutiae.sim.eval.detectors import Failure

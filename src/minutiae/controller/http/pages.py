@@ -61,10 +61,29 @@ def _keep(r: Mapping[str, Any], names: set[str] | None, q: str, health: str,
     return not sched or r.get("sched") == sched
 
 
+#: a row's group and tile, kept by the row's identity and the grouping (the row is kept with
+#: them, so the id stays its own)
+Tiles = dict[tuple[int, str], tuple[Mapping[str, Any], str, str]]
+
+
+def _tile(r: Mapping[str, Any]) -> str:
+    cls = f"t h-{r['health']}"
+    if r.get("sched") and r["sched"] != "available":
+        cls += f" s-{r['sched']}"
+    if str(r.get("would") or "").startswith("drained"):   # dry-run: what it would do
+        cls += " s-drained would"
+    if r.get("silent"):
+        cls += " silent"
+    return f'<a class="{cls}" data-n="{esc(r["node"])}"></a>'   # hover: the page's #hover line
+
+
 def fleet_map(rows: Sequence[Mapping[str, Any]], *, q: str = "", health: str = "",
-              sched: str = "", group: str = "rack", page: int = 0) -> str:
+              sched: str = "", group: str = "rack", page: int = 0,
+              tiles: Tiles | None = None) -> str:
     """Every matching node as a tile coloured by health, outlined when drained, faded when
-    silent; grouped by a topology domain; ``PAGE`` tiles a page."""
+    silent; grouped by a topology domain; ``PAGE`` tiles a page. ``tiles``: the tiles of rows
+    rendered before (a row is never changed in place: the web UI's snapshot keeps its rows
+    while their node does not change), filled as rows are rendered."""
     q = q.strip()
     names = expand_hostlist(q) if q else None
     keep = [r for r in rows if _keep(r, names, q, health, sched)]
@@ -73,23 +92,19 @@ def fleet_map(rows: Sequence[Mapping[str, Any]], *, q: str = "", health: str = "
     groups: dict[str, list[str]] = {}
     key = group if group in GROUPS else "rack"
     for r in shown:
-        g = "all nodes" if key == "none" else \
-            f"{key} {r.get('domains', {}).get(key) or '(none)'}"
-        cls = f"t h-{r['health']}"
-        if r.get("sched") and r["sched"] != "available":
-            cls += f" s-{r['sched']}"
-        if str(r.get("would") or "").startswith("drained"):   # dry-run: what it would do
-            cls += " s-drained would"
-        if r.get("silent"):
-            cls += " silent"
-        n = esc(r["node"])
-        groups.setdefault(g, []).append(
-            f'<a class="{cls}" data-n="{n}"></a>')   # hover: the page's #hover line
+        hit = None if tiles is None else tiles.get((id(r), key))
+        if hit is None or hit[0] is not r:
+            g = "all nodes" if key == "none" else \
+                f"{key} {r.get('domains', {}).get(key) or '(none)'}"
+            hit = (r, g, _tile(r))
+            if tiles is not None:
+                tiles[id(r), key] = hit
+        groups.setdefault(hit[1], []).append(hit[2])
     parts = [f'<p id="count">{total} of {len(rows)} node(s)'
              f'{f" · page {page + 1}" if total > PAGE else ""}</p>']
     for g in sorted(groups):
-        tiles = "".join(groups[g])
-        parts.append(f'<div class="grp"><h3>{esc(g)} ({len(groups[g])})</h3>{tiles}</div>')
+        parts.append(f'<div class="grp"><h3>{esc(g)} ({len(groups[g])})</h3>'
+                     f'{"".join(groups[g])}</div>')
     if total > (page + 1) * PAGE:
         parts.append(f'<button hx-get="/ui/fragments/map?page={page + 1}" hx-include="#filter" '
                      'hx-target="#map">next page</button>')

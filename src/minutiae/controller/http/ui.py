@@ -129,7 +129,7 @@ def _fragments(r: APIRouter, controller: Controller, s: Sessions, snap: Snapshot
             return _closed()
         page = max(0, page)
         html = snap.render(("map", q, health, sched, group, page), lambda rows: pages.fleet_map(
-            rows, q=q, health=health, sched=sched, group=group, page=page))
+            rows, q=q, health=health, sched=sched, group=group, page=page, tiles=snap.tiles))
         version = hashlib.blake2b(html.encode(), digest_size=8).hexdigest()
         if v == version:
             return Response(status_code=204)

@@ -78,24 +78,24 @@ def routes(r: APIRouter, controller: Controller, s: Sessions, snap: Snapshot,
                 return _error(_code(exc), str(exc))
         return handler
 
-    def status_after() -> str:
-        snap.stale()
+    async def status_after() -> str:
+        await run_in_threadpool(snap.acted)
         return pages.status_bar(snap.status_now(), True)
 
     async def pause(f: dict[str, str]) -> str:
         controller.pause(make_reason(f.get("reason") or "paused from the web UI"))
-        return status_after()
+        return await status_after()
 
     async def unpause(f: dict[str, str]) -> str:
         controller.unpause()
-        return status_after()
+        return await status_after()
 
     def on_node(act: Callable[[str, dict[str, str]], dict[str, Any]]) -> Action:
         async def run(f: dict[str, str]) -> str:
             node = validate_node(f["node"])
             out = await run_in_threadpool(act, node, f)
             ex = await run_in_threadpool(controller.explain, node)
-            snap.stale()
+            await run_in_threadpool(snap.acted, (node,))
             return pages.done(out) + pages.node_panel(ex, True)
         return run
 

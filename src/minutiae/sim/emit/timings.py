@@ -10,7 +10,13 @@ slows the rank's own transfer in the collective; and every rank of a data-parall
 pipeline stage) enters the all-reduce when its compute is done and waits there for the slowest
 compute of its group, so fast ranks *wait* in ``allreduce`` (the model the straggler analysis
 inverts: compute = step - collective, own transfer = collective - wait). The step total is
-compute + allreduce. Jobs without sections are unchanged (same numbers for the same seed)."""
+compute + allreduce. Jobs without sections are unchanged (same numbers for the same seed).
+
+The benign structure of real jobs (silicon lottery, wander, per-node shared noise, Student-t
+tails, MoE hot experts, restarts onto other nodes, wait-included totals, ring collectives) is
+drawn per job in ``sim/world/shape.py`` (the plan writes its truth from the same draws); each
+comes from its own generator, so a structure set to 0 in the profile leaves every other number
+as it was."""
 
 from __future__ import annotations
 
@@ -21,7 +27,9 @@ import pyarrow as pa
 
 from minutiae.scoring.truth import TruthEvent
 from minutiae.sim.world.effects import NODE_WIDE, PER_GPU, diurnal, slowdown
-from minutiae.sim.world.plan import Job
+from minutiae.sim.world.job import Job
+from minutiae.sim.world.shape import JobShape, factor, has_sections, job_shape, slots
+from minutiae.sim.world.shape import setting as _f
 
 SCHEMA = pa.schema([
     ("step", pa.int64()), ("rank", pa.int32()), ("seconds", pa.float64()), ("node", pa.string()),
@@ -34,107 +42,129 @@ COMPUTE = (PER_GPU | NODE_WIDE) - COMM
 SECTIONS = (("forward", 0.33), ("backward", 0.6), ("optimizer", 0.07))
 
 
-def has_sections(job_id: str, share: float) -> bool:
-    """Whether a job logs section times: a fixed share of jobs, by job id (no random draw, so
-    the other jobs' numbers do not depend on it)."""
-    return share > 0 and zlib.crc32(job_id.encode()) / 2**32 < share
+__all__ = ["COMM", "COMPUTE", "SCHEMA", "SECTIONS", "has_sections", "job_timings", "structure"]
+
+
+def _per_slot(job: Job, gpus: int, events: dict[str, list[TruthEvent]], ts: np.ndarray,
+              where: np.ndarray, classes: frozenset[str] = COMPUTE | COMM) -> np.ndarray:
+    """(logged steps, ranks) slowdown of the faults ``classes`` on the GPU each rank runs on
+    (``where``: its GPU slot per step; a restart moves ranks, faults stay with the hardware)."""
+    slow = np.concatenate([slowdown(events.get(n, []), ts, gpus, classes) for n in job.nodes],
+                          axis=1)
+    return np.take_along_axis(slow, where, axis=1)
+
+
+def _rank_noise(cfg: dict[str, object], job: Job, rng: np.random.Generator,
+                shape: tuple[int, int]) -> np.ndarray:
+    """Per-rank per-step noise factor: Gaussian with sd ``rank_noise`` from the job's stream, or
+    Student-t with ``rank_noise_df`` degrees of freedom (unit variance) from its own."""
+    noise = _f(cfg, "rank_noise", 0.03)
+    df = _f(cfg, "rank_noise_df", 0.0)
+    eps = rng.standard_normal(shape)
+    if df > 2:
+        trng = np.random.default_rng(zlib.crc32(f"tails:{job.job_id}".encode()))
+        eps = trng.standard_t(df, shape) / np.sqrt(df / (df - 2.0))
+    return np.maximum(0.5, 1.0 + noise * eps)
 
 
 def job_timings(job: Job, gpus: int, events: dict[str, list[TruthEvent]], interval: float,
                 jobs_cfg: dict[str, object], rng: np.random.Generator) -> tuple[pa.Table, float]:
     """The job's timing table and its seconds per step (median over logged steps of the slowest
-    rank: synchronous training runs at the speed of its slowest rank)."""
-    ts = np.arange(job.start + interval, job.end, interval)
-    if len(ts) == 0:
-        ts = np.array([job.start + (job.end - job.start) / 2.0])
+    rank: synchronous training runs at the speed of its slowest rank). ``jobs_cfg``: the
+    profile's ``[jobs]`` settings, with ``shares`` (the ``fraction_of_jobs`` rates by class)."""
+    sections = has_sections(job.job_id, _f(jobs_cfg, "section_share", 0.0))
+    shares = jobs_cfg.get("shares", {})
+    shape = job_shape(job, gpus, interval, jobs_cfg, shares if isinstance(shares, dict) else {},
+                      sections)
+    ts = shape.times
     s_n, r_n = len(ts), len(job.nodes) * gpus
-    stages = int(jobs_cfg.get("pipeline_stages", 1))  # type: ignore[call-overload]
+    stages = int(_f(jobs_cfg, "pipeline_stages", 1))
     imb = np.asarray(jobs_cfg.get("stage_imbalance", [0.0] * stages), dtype=float)
     rank = np.arange(r_n)
     stage = (rank * stages) // r_n
-    slow = np.concatenate([slowdown(events.get(n, []), ts, gpus) for n in job.nodes], axis=1)
-    noise = float(jobs_cfg.get("rank_noise", 0.03))  # type: ignore[arg-type]
-    cv = float(jobs_cfg.get("seqlen_cv", 0.02))  # type: ignore[arg-type]
-    gc_p = float(jobs_cfg.get("gc_pause_prob", 0.0))  # type: ignore[arg-type]
-    gc_f = float(jobs_cfg.get("gc_pause_factor", 0.3))  # type: ignore[arg-type]
-    amp = float(jobs_cfg.get("diurnal_amplitude", 0.0))  # type: ignore[arg-type]
-    common = job.step_s * diurnal(ts, amp) * np.maximum(0.5, 1.0 + cv * rng.standard_normal(s_n))
-    per_rank = (1.0 + imb[stage])[None, :] * np.maximum(0.5, 1.0 + noise * rng.standard_normal((s_n, r_n)))
-    per_rank = per_rank * structure(job, gpus, s_n, jobs_cfg)
-    gc = 1.0 + gc_f * (rng.random((s_n, r_n)) < gc_p)
-    secs = common[:, None] * per_rank * (1.0 + slow) * gc
-    steps = np.floor((ts - job.start) / job.step_s).astype(np.int64)
+    where = slots(shape, gpus)
+    common = (job.step_s * diurnal(ts, _f(jobs_cfg, "diurnal_amplitude", 0.0))
+              * np.maximum(0.5, 1.0 + _f(jobs_cfg, "seqlen_cv", 0.02) * rng.standard_normal(s_n)))
+    per_rank = (1.0 + imb[stage])[None, :] * _rank_noise(jobs_cfg, job, rng, (s_n, r_n))
+    per_rank = per_rank * factor(job, gpus, shape, jobs_cfg)
+    gc = 1.0 + _f(jobs_cfg, "gc_pause_factor", 0.3) * (rng.random((s_n, r_n)) < _f(jobs_cfg, "gc_pause_prob", 0.0))
+    comp, comm = (_per_slot(job, gpus, events, ts, where, c) for c in (COMPUTE, COMM))
+    if shape.ring:  # every rank of the ring waits for the slow link
+        comm = np.broadcast_to(comm.max(axis=1, keepdims=True), comm.shape)
+    secs = common[:, None] * per_rank * (1.0 + comp + comm) * gc
     parts: list[tuple[str | None, np.ndarray]] = [(None, secs)]
-    if has_sections(job.job_id, float(jobs_cfg.get("section_share", 0.0))):  # type: ignore[arg-type]
-        secs, parts = _sections(job, gpus, events, ts, common, per_rank, gc, stage, stages,
-                                float(jobs_cfg.get("comm_fraction", 0.2)), noise)  # type: ignore[arg-type]
+    if sections:
+        secs, parts = _sections(job, common, per_rank, gc, stage, stages, (comp, comm),
+                                _f(jobs_cfg, "comm_fraction", 0.2), _f(jobs_cfg, "rank_noise", 0.03))
+    elif shape.wait_included:  # the step's wall time: every rank waited for the slowest
+        wrng = np.random.default_rng(zlib.crc32(f"wait:{job.job_id}".encode()))
+        secs = secs.max(axis=1, keepdims=True) * np.exp(WAIT_JITTER * wrng.standard_normal(secs.shape))
+        parts = [(None, secs)]
+    return _table(job, gpus, shape, stage, where, parts), float(np.median(secs.max(axis=1)))
+
+
+#: per-rank jitter of wait-included step totals (the ranks leave the step's last collective
+#: within a fraction of a millisecond of each other; assumption)
+WAIT_JITTER = 0.0003
+
+
+def _steps(job: Job, shape: JobShape) -> tuple[np.ndarray, np.ndarray]:
+    """The logged rows kept (a restart loses ``gap`` logged steps) and their step numbers (a
+    restart with ``steps_reset`` counts again from 0)."""
+    ts = shape.times
+    steps = np.floor((ts - job.start) / job.step_s).astype(np.int64)
+    keep = np.ones(len(ts), dtype=bool)
+    if shape.restart is not None:
+        keep[shape.restart:shape.restart + shape.gap] = False
+        resume = shape.restart + shape.gap
+        if shape.steps_reset and resume < len(ts):
+            steps[resume:] = np.floor((ts[resume:] - ts[resume]) / job.step_s).astype(np.int64)
+    return keep, steps
+
+
+def _table(job: Job, gpus: int, shape: JobShape, stage: np.ndarray, where: np.ndarray,
+           parts: list[tuple[str | None, np.ndarray]]) -> pa.Table:
+    keep, steps = _steps(job, shape)
+    ts, where = shape.times[keep], where[keep]
+    s_n, r_n = len(ts), where.shape[1]
     k = len(parts)
+    rank = np.arange(r_n)
     # the node of every row, taken from the job's node names by index (no Python string objects)
-    node_of_row = np.tile(np.repeat(np.arange(len(job.nodes), dtype=np.int32), gpus), s_n * k)
+    node_of_row = np.tile((where // gpus).astype(np.int32).ravel(), k)
     names = pa.array([n for n, _ in parts], pa.string())
-    tab = pa.table({
-        "step": pa.array(np.tile(np.repeat(steps, r_n), k), pa.int64()),
+    return pa.table({
+        "step": pa.array(np.tile(np.repeat(steps[keep], r_n), k), pa.int64()),
         "rank": pa.array(np.tile(rank, s_n * k).astype(np.int32), pa.int32()),
-        "seconds": pa.array(np.concatenate([v.ravel() for _, v in parts]).round(5), pa.float64()),
+        "seconds": pa.array(np.concatenate([v[keep].ravel() for _, v in parts]).round(5),
+                            pa.float64()),
         "node": pa.array(job.nodes, pa.string()).take(pa.array(node_of_row)),
         "gpu": pa.array(np.tile(rank % gpus, s_n * k).astype(np.int8), pa.int8()),
         "stage": pa.array(np.tile(stage, s_n * k).astype(np.int16), pa.int16()),
         "time": pa.array(np.tile(np.repeat(ts, r_n), k), pa.float64()),
         "section": names.take(pa.array(np.repeat(np.arange(k, dtype=np.int32), s_n * r_n))),
     }, schema=SCHEMA)
-    return tab, float(np.median(secs.max(axis=1)))
-
-
-def _gpu_seed(node: str, gpu: int) -> int:
-    return zlib.crc32(f"{node}/{gpu}".encode())
 
 
 def structure(job: Job, gpus: int, s_n: int, jobs_cfg: dict[str, object]) -> np.ndarray:
-    """(logged steps, ranks) factor of the benign structure real jobs have (issue 13), from its
-    own generators so every other number of the simulation stays as it was; ones when the
-    profile sets none of it:
-
-    - ``lottery_sd``: a persistent offset per physical GPU (seeded by node and GPU: the same GPU
-      is as slow in every job it runs);
-    - ``wander_phi``/``wander_sd``: AR(1) per-GPU wander across logged steps (power capping,
-      thermals), stationary sd ``wander_sd``;
-    - ``node_shared_sd``: per-node noise shared by a node's GPUs at each logged step (TP = 8
-      inside a node: its ranks share every micro-batch)."""
-    lot = float(jobs_cfg.get("lottery_sd", 0.0))  # type: ignore[arg-type]
-    phi = float(jobs_cfg.get("wander_phi", 0.0))  # type: ignore[arg-type]
-    wsd = float(jobs_cfg.get("wander_sd", 0.0))  # type: ignore[arg-type]
-    nsd = float(jobs_cfg.get("node_shared_sd", 0.0))  # type: ignore[arg-type]
-    r_n = len(job.nodes) * gpus
-    log = np.zeros((s_n, r_n))
-    if not (lot or wsd or nsd):
-        return np.ones((s_n, r_n))
-    if lot:
-        log += np.array([np.random.default_rng(_gpu_seed(n, g)).normal(0.0, lot)
-                         for n in job.nodes for g in range(gpus)])[None, :]
-    srng = np.random.default_rng(zlib.crc32(("structure:" + job.job_id).encode()))
-    if wsd:
-        w = np.empty((s_n, r_n))
-        w[0] = srng.normal(0.0, wsd, r_n)
-        innov = wsd * np.sqrt(max(1.0 - phi * phi, 0.0))
-        for t in range(1, s_n):
-            w[t] = phi * w[t - 1] + srng.normal(0.0, innov, r_n)
-        log += w
-    if nsd:
-        log += np.repeat(nsd * srng.standard_normal((s_n, len(job.nodes))), gpus, axis=1)
-    return np.asarray(np.exp(log))
+    """(logged steps, ranks) factor of the per-GPU and per-node structure (lottery, wander,
+    node-shared noise: ``shape.factor``) of a job logging ``s_n`` steps, without restarts or
+    hot experts; ones when the profile sets none of it."""
+    times = np.arange(s_n, dtype=np.float64)
+    shape = JobShape(times, None, 0, tuple(range(len(job.nodes))), False, False, False, ())
+    return factor(job, gpus, shape, jobs_cfg)
 
 
-def _sections(job: Job, gpus: int, events: dict[str, list[TruthEvent]], ts: np.ndarray,
-              common: np.ndarray, per_rank: np.ndarray, gc: np.ndarray, stage: np.ndarray,
-              stages: int, cf: float, noise: float) -> tuple[np.ndarray, list[tuple[str | None, np.ndarray]]]:
+def _sections(job: Job, common: np.ndarray, per_rank: np.ndarray, gc: np.ndarray,
+              stage: np.ndarray, stages: int, slow: tuple[np.ndarray, np.ndarray], cf: float,
+              noise: float) -> tuple[np.ndarray, list[tuple[str | None, np.ndarray]]]:
     """Step totals and section times of a job that logs sections (module docstring): compute
     slowed by compute faults, the rank's own transfer by link faults (a link slower by s of a
-    step makes the transfer s / cf longer), the wait for the group's slowest compute."""
+    step makes the transfer s / cf longer; in a ring job every rank's), the wait for the
+    group's slowest compute."""
     s_n, r_n = per_rank.shape
+    slow_c, slow_x = slow
     # its own generator: the main stream (and every other job) stays as it was
     srng = np.random.default_rng(zlib.crc32(job.job_id.encode()))
-    slow_c = np.concatenate([slowdown(events.get(n, []), ts, gpus, COMPUTE) for n in job.nodes], axis=1)
-    slow_x = np.concatenate([slowdown(events.get(n, []), ts, gpus, COMM) for n in job.nodes], axis=1)
     compute = common[:, None] * per_rank * gc * (1.0 - cf) * (1.0 + slow_c)
     xfer = common[:, None] * cf * np.exp(noise * srng.standard_normal((s_n, r_n))) * (1.0 + slow_x / cf)
     slowest = np.zeros_like(compute)

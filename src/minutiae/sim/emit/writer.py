@@ -26,6 +26,7 @@ from minutiae.sim.emit.telemetry import node_telemetry
 from minutiae.sim.emit.timings import job_timings
 from minutiae.sim.world.fleet import SOFTWARE
 from minutiae.sim.world.plan import Job, Plan
+from minutiae.sim.world.shape import jobs_config
 
 #: progress callback: (phase, done, total)
 Progress = Callable[[str, int, int], None]
@@ -285,13 +286,14 @@ def _write_jobs(plan: Plan, out: Path, by_node: dict[str, list[TruthEvent]], cou
     interval = float(prof.sampling["timing_interval_s"])
     total = len(plan.jobs)
     node_of = {nd.name: nd for nd in plan.fleet.nodes}
+    cfg = jobs_config(prof)
     with (out / "jobs.csv").open("w", newline="") as jf, (out / "runs.csv").open("w", newline="") as rf:
         jw, rw = csv.writer(jf), csv.writer(rf)
         jw.writerow(JOB_COLUMNS)
         rw.writerow(["run_id", "time", "signature", "seconds_per_step", *SOFTWARE, "nodes"])
         for k, j in enumerate(plan.jobs):
             rng = _rng(plan.seed, 2, int(j.job_id))
-            tab, sps = job_timings(j, g, by_node, interval, prof.jobs, rng)
+            tab, sps = job_timings(j, g, by_node, interval, cfg, rng)
             pq.write_table(tab, out / "timings" / f"{j.job_id}.parquet", compression="lz4",
                            use_dictionary=["node"])
             counts["timing_rows"] += tab.num_rows

@@ -7,13 +7,14 @@ operator running the whole of minutiae would see); each detector also gets its o
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from minutiae.scoring.score import Detection, Scorecard, ScoreParams, merge_alarms, score
 from minutiae.sim.dataset import Dataset, load_dataset
+from minutiae.sim.eval.causes import straggler_causes
 from minutiae.sim.eval.detectors import DetectorResult
 from minutiae.sim.eval.run import run_detectors
 
@@ -27,6 +28,8 @@ class Evaluation:
     cards: tuple[Scorecard, ...]
     overall: Scorecard
     params: ScoreParams
+    #: the straggler analysis' false alarms by their most specific benign cause (``causes.py``)
+    straggler_causes: Mapping[str, int] = field(default_factory=dict)
 
     def drains(self) -> list[dict[str, Any]]:
         """What would have been drained and why, with the truth that explains it (or not)."""
@@ -60,6 +63,7 @@ class Evaluation:
             "detectors": [r.to_json() for r in self.detectors],
             "overall": self.overall.to_json(),
             "per_detector": {c.detector: c.to_json() for c in self.cards},
+            "straggler_false_alarm_causes": dict(self.straggler_causes),
             "drains": self.drains(),
             "damage": [d.to_json() for d in ds.damage],
         }
@@ -102,4 +106,6 @@ def evaluate(root: Path | str, detectors: Iterable[str] | None = None,
                   for r in results if r.available)
     union: list[Detection] = [d for r in results for d in r.detections]
     overall = score(ds.truth, union, ds.node_days, params, "all", ds.explains)
-    return Evaluation(ds, results, cards, overall, params)
+    stragglers = [d for r in results if r.name == "stragglers" for d in r.detections]
+    causes = straggler_causes(ds.truth, stragglers, params, ds.explains) if stragglers else {}
+    return Evaluation(ds, results, cards, overall, params, causes)

@@ -52,6 +52,9 @@ def scorecard(ev: Evaluation) -> Group:
     s.add_row("alarms (merged)", str(o.alarms))
     s.add_row("false alarms per 1,000 node-days", f"{o.false_alarms_per_1000_node_days:.1f}")
     s.add_row("false alarms by cause", ", ".join(f"{k} {v}" for k, v in o.false_alarm_causes.items()) or "none")
+    if ev.straggler_causes:
+        s.add_row("straggler false alarms by their GPU's / node's own cause",
+                  ", ".join(f"{k} {v}" for k, v in ev.straggler_causes.items()))
     if o.basis:
         b = o.basis
         s.add_row("slow ranks: compute vs communication right / wrong / totals only",

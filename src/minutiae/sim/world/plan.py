@@ -12,24 +12,15 @@ import numpy as np
 from minutiae.scoring.truth import TruthEvent
 from minutiae.sim.world.faults import draw_faults, drop_while_down
 from minutiae.sim.world.fleet import Fleet, build_fleet
+from minutiae.sim.world.job import Job as Job
 from minutiae.sim.world.profile import Profile
+from minutiae.sim.world.shape import SHAPE_CLASSES, shape_truth
 
 REBOOT_S = 300.0           # a reboot: node down this long, then the kernel boots
 TICK_S = 300.0             # scheduler tick
 #: fault classes whose slowdown hits one GPU (rank); the others slow the whole node
 PER_GPU_SLOW = frozenset({"thermal_throttle", "pcie_degraded", "ib_link_flap", "ib_symbol_errors",
                           "ib_rate_degraded"})
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    job_id: str
-    start: float
-    end: float
-    nodes: tuple[str, ...]
-    signature: str
-    step_s: float              # seconds per step before slowdowns (rollout effect included)
-    outcome: str               # completed | failed | preempted
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +192,8 @@ def _job_benign(profile: Profile, jobs: list[Job], start: float, end: float,
     for spec in profile.faults:
         if spec.harmful or spec.unit not in ("per_job", "per_fleet") or spec.rate <= 0:
             continue
-        if spec.cls == "boot_settle":
-            continue                      # one record per boot, added once boots are known
+        if spec.cls == "boot_settle" or spec.cls in SHAPE_CLASSES:
+            continue                      # per boot (added once boots are known); per job shape
         if spec.unit == "per_fleet":
             out.append(TruthEvent("", spec.cls, None, None, start, end, "info", False,
                                   spec.signature, False, {"scope": "fleet"}))
@@ -290,6 +281,7 @@ def make_plan(profile: Profile, n_nodes: int, gpus_per_node: int, days: float, s
     jobs = _schedule(profile, fleet, start, end, downs, planned, crashes, rng)
     enriched = _with_jobs(faults, jobs, gpus_per_node)
     benign += _job_benign(profile, jobs, start, end, rng)
+    benign += shape_truth(profile, jobs, gpus_per_node)
     for app in _app_xids(profile, fleet, start, end, rng, downs).values():
         benign.extend(app)
     enriched += _regressions(profile, fleet, end)

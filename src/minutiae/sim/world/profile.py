@@ -17,7 +17,7 @@ from minutiae.scoring.explain import Explains, explains_of_classes, profile_clas
 
 UNITS = frozenset({
     "per_1000_gpu_days", "per_1000_node_days", "per_1000_port_days", "fraction_of_nodes",
-    "per_job", "per_fleet",
+    "per_job", "per_fleet", "fraction_of_jobs",
 })
 SIGNATURES = frozenset({"kern.log", "ib", "telemetry", "timings", "runs"})
 SEVERITIES = ("info", "warning", "error", "critical")

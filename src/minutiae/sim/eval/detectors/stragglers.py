@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import polars as pl
 
 from minutiae.errors import MinutiaeError
 from minutiae.model import Action, Finding, Severity
@@ -11,12 +14,25 @@ from minutiae.sim.dataset import read_timings
 from minutiae.sim.eval.detectors.base import Context, Failure, register
 
 
+def _step_times(df: Any, segment: int) -> tuple[np.ndarray, np.ndarray]:
+    """(step numbers, their times) of one run segment (a restart may count steps from 0
+    again: each segment maps its own)."""
+    from minutiae.analyses.stragglers.runs import segment_ids
+
+    ids = segment_ids(df)
+    part = df if ids is None else df.filter(pl.Series(ids[0]) == segment)
+    steps = part.select("step", "time").unique(subset="step").sort("step")
+    return steps["step"].to_numpy(), steps["time"].to_numpy()
+
+
 @register("stragglers", what="straggler analysis of every job's step timings",
           needs=("timings", "jobs.csv", "fleet.csv"), kinds=("straggler",), order=40,
-          requires=("minutiae.analyses.stragglers.analysis:analyse", "minutiae.analyses.stragglers.prep:prepare"))
+          requires=("minutiae.analyses.stragglers.runs:analyse_runs",))
 def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
-    from minutiae.analyses.stragglers.analysis import Options, analyse
-    from minutiae.analyses.stragglers.prep import prepare
+    """Every job's file through the CLI's path (``runs.analyse_runs``: run segments at
+    restarts, then ``prepare`` and ``analyse`` each)."""
+    from minutiae.analyses.stragglers.analysis import Options
+    from minutiae.analyses.stragglers.runs import analyse_runs
 
     leaf_of = {r["node"]: r["leaf"] for r in ctx.ds.fleet}
     opts = Options(ranks_per_node=ctx.ds.gpus)
@@ -38,7 +54,7 @@ def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
             continue
         n += 1
         try:
-            rep = analyse(prepare(df, str(path), leaf_of), opts, str(path))
+            rep = analyse_runs(df, str(path), leaf_of, opts)
         except MinutiaeError as exc:
             notes.append(str(exc))
             continue
@@ -47,9 +63,12 @@ def detect(ctx: Context) -> tuple[list[Detection], list[str], int]:
             continue
         if not rep.suspects:
             continue
-        steps = df.select("step", "time").unique(subset="step").sort("step")
-        st, tt = steps["step"].to_numpy(), steps["time"].to_numpy()
+        by_segment: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for s in rep.suspects:
+            seg = s.segment if s.segment is not None else 0
+            if seg not in by_segment:
+                by_segment[seg] = _step_times(df, seg)
+            st, tt = by_segment[seg]
             k = min(len(st) - 1, int(np.searchsorted(st, s.detected_step)))
             f = Finding("straggler", Severity.WARNING, Action.NONE,
                         f"{s.component} {s.slowdown:+.1%} slower since step {s.since_step}",
