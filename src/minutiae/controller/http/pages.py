@@ -86,7 +86,8 @@ def fleet_map(rows: Sequence[Mapping[str, Any]], *, q: str = "", health: str = "
     while their node does not change), filled as rows are rendered."""
     q = q.strip()
     names = expand_hostlist(q) if q else None
-    keep = [r for r in rows if _keep(r, names, q, health, sched)]
+    keep = [r for r in rows if _keep(r, names, q, health, sched)] if q or health or sched \
+        else rows   # no filter: every row (the page's default view)
     total = len(keep)
     shown = keep[page * PAGE:(page + 1) * PAGE]
     groups: dict[str, list[str]] = {}

@@ -16,8 +16,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from minutiae.errors import SourceUnavailable
 from minutiae.inputs import BINARY_PROBE, MAX_NO_NEWLINE
@@ -36,8 +37,10 @@ def _boot_id(path: Path) -> str | None:
 
 def read_kernel_log(
     path: Path, cursor: dict[str, Any] | None = None, boot_id_path: Path = BOOT_ID
-) -> tuple[list[bytes], dict[str, Any], bool]:
-    """``(chunks of whole lines, new cursor, reset)`` for the part of the log after ``cursor``."""
+) -> tuple[list[bytes] | Iterator[bytes], dict[str, Any], bool]:
+    """``(chunks of whole lines, new cursor, reset)`` for the part of the log after ``cursor``:
+    a list from /dev/kmsg (the ring buffer is bounded), a stream from a file (an empty list
+    when nothing is new); reading the stream may raise ``SourceUnavailable`` too."""
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -50,41 +53,58 @@ def read_kernel_log(
     return _read_file(path, st, cursor)
 
 
-def _read_file(path: Path, st: os.stat_result, cursor: dict[str, Any] | None) -> tuple[list[bytes], dict[str, Any], bool]:
+def _read_file(path: Path, st: os.stat_result, cursor: dict[str, Any] | None,
+               ) -> tuple[list[bytes] | Iterator[bytes], dict[str, Any], bool]:
+    """The file from the cursor to its size at ``st``, streamed: chunks of whole lines read as
+    they are consumed (memory stays one chunk whatever the file's size; lines appended after
+    ``st`` are the next cycle's). An empty list when nothing is new."""
     same = (
         cursor is not None and cursor.get("path") == str(path) and cursor.get("dev") == st.st_dev
         and cursor.get("ino") == st.st_ino and isinstance(cursor.get("offset"), int)
         and 0 <= cursor["offset"] <= st.st_size
     )
     offset = int(cursor["offset"]) if same and cursor is not None else 0
-    chunks: list[bytes] = []
+    new = {"path": str(path), "dev": st.st_dev, "ino": st.st_ino, "offset": st.st_size}
+    if offset >= st.st_size:
+        return [], new, not same
     try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            rest = b""
-            while True:
-                block = fh.read(CHUNK)
-                if not block:
-                    break
-                if not chunks and not rest:
-                    _text_or_refuse(path, block[:BINARY_PROBE])
-                offset += len(block)
-                block = rest + block
-                cut = block.rfind(b"\n") + 1
-                if cut == 0:
-                    if len(block) > MAX_NO_NEWLINE:  # bounded memory: an endless line is no log
-                        raise SourceUnavailable(SOURCE, f"{path}: no line end in "
-                                                        f"{MAX_NO_NEWLINE >> 20} MiB: not a text log")
-                    rest = block
-                    continue
-                chunks.append(block[:cut])
-                rest = block[cut:]
-            if rest:
-                chunks.append(rest + b"\n")
+        fh = open(path, "rb")  # noqa: SIM115 - the generator closes it
+        fh.seek(offset)
+        first = fh.read(min(CHUNK, st.st_size - offset))
     except OSError as exc:
         raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
-    new = {"path": str(path), "dev": st.st_dev, "ino": st.st_ino, "offset": offset}
-    return chunks, new, not same
+    try:
+        _text_or_refuse(path, first[:BINARY_PROBE])
+    except SourceUnavailable:
+        fh.close()
+        raise
+    return _chunks(path, fh, first, st.st_size - offset - len(first)), new, not same
+
+
+def _chunks(path: Path, fh: BinaryIO, first: bytes, left: int) -> Iterator[bytes]:
+    """Whole-line chunks from ``first`` and the next ``left`` bytes of ``fh`` (closed at the end);
+    a last line without its end is completed."""
+    rest = b""
+    block = first
+    with fh:
+        while block:
+            block = rest + block
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:
+                if len(block) > MAX_NO_NEWLINE:  # bounded memory: an endless line is no log
+                    raise SourceUnavailable(SOURCE, f"{path}: no line end in "
+                                                    f"{MAX_NO_NEWLINE >> 20} MiB: not a text log")
+                rest = block
+            else:
+                yield block[:cut]
+                rest = block[cut:]
+            try:
+                block = fh.read(min(CHUNK, left)) if left > 0 else b""
+            except OSError as exc:
+                raise SourceUnavailable(SOURCE, f"{path}: {exc.strerror or exc}") from None
+            left -= len(block)
+    if rest:
+        yield rest + b"\n"
 
 
 def _text_or_refuse(path: Path, head: bytes) -> None:

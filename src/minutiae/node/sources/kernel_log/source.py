@@ -8,7 +8,7 @@ repeats within a window, flapping links) run over the new findings with their st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from minutiae.clock import Clock
@@ -26,6 +26,18 @@ def _read(req: Request) -> Reading | None:
         return None
     return Reading(result=check_kernel_log(req.cfg.kmsg, req.cfg.year, req.memory, req.clock,
                                            req.node, req.cache_dir))
+
+
+class _LineCount:
+    """Counts the lines of the chunks passing through (the file is read once, as parsed)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def through(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            self.n += chunk.count(b"\n")
+            yield chunk
 
 
 def check_kernel_log(path: Path, year: int | None, memory: CheckMemory, clock: Clock,
@@ -46,13 +58,13 @@ def check_kernel_log(path: Path, year: int | None, memory: CheckMemory, clock: C
             from minutiae.rules.log_findings import findings_from_events
         except ImportError as exc:  # the kernel-log rules are not installed in this build
             return unknown(GROUP, f"kernel-log rules unavailable ({exc})")
-        try:
-            events = list(parse_chunks(chunks, year=year))
-            new = list(findings_from_events(events))
+        lines = _LineCount()
+        try:  # streamed: a file is read as it is parsed
+            new = list(findings_from_events(parse_chunks(lines.through(chunks), year=year)))
         except MinutiaeError as exc:
             return unknown(GROUP, str(exc))
         memory.add_log_findings(new)
-        memory.log_events += sum(c.count(b"\n") for c in chunks)  # lines scanned since boot
+        memory.log_events += lines.n  # lines scanned since boot
     memory.log_cursor = cursor
     counted: tuple[Finding, ...] = ()
     if new or memory.engine:
