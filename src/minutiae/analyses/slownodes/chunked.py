@@ -104,11 +104,14 @@ def _chunk_of(tel: pl.DataFrame, chunk_rows: int | None) -> tuple[float, np.ndar
     return interval, chunk_of, bounds.size + 1
 
 
-def sample_interval(tel: pl.DataFrame, nodes: int = 32) -> float:
+def sample_interval(tel: pl.DataFrame, nodes: int = 4) -> float:
     """The sampling interval: the median step between a GPU's consecutive samples, over the GPUs
     of the first ``nodes`` nodes in the table. Per GPU, not between the table's distinct times:
     scrapes stamp each node at its own second (jitter), and a fleet's distinct times are then
-    seconds apart although each GPU is sampled every few minutes. 60 s when no GPU has two."""
+    seconds apart although each GPU is sampled every few minutes. 60 s when no GPU has two.
+    Four nodes (32 GPU series on 8-GPU nodes) give the median; the copy of their rows is the
+    one part of the analysis that grows with the table (32 nodes of 128 were +173 MB at 2 M
+    rows, more than every chunk: tests/analyses/slownodes/test_slownodes_memory.py)."""
     first = tel.get_column("node").head(4096).cast(pl.String).unique(maintain_order=True).head(nodes)
     some = (tel.filter(pl.col("node").cast(pl.String).is_in(first.implode()))
             .select(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64),
