@@ -34,10 +34,7 @@ from minutiae.node.sources.nvidia_smi.parse.text import parse_nvidia_smi_text
 from minutiae.node.sources.nvidia_smi.parse.xml import parse_nvidia_smi_xml
 from minutiae.node.sources.perfquery.parse import parse_perfquery
 
-# the vendored captures (tests/data/SOURCES.md), else ../shared/realdata beside the clone
-REAL = next((r for r in (Path(__file__).resolve().parents[1] / "data" / "realdata",
-                         Path(__file__).resolve().parents[3] / "shared" / "realdata") if r.is_dir()),
-            Path(__file__).resolve().parents[3] / "shared" / "realdata")
+REAL = Path(__file__).resolve().parents[3] / "shared" / "realdata"
 HOSTILE = ["\0", "\r", "\ufeff", "-1", "-5", "4294967296", "12345678901234567890", "nan",
            "inf", "1e999", "x" * 5000, "\n", "\r\n", "0x", "ffffffff,ffffffff", ":", "|",
            "<", ">", '"', "[[[[", "=", "-"]
