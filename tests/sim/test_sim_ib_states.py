@@ -12,8 +12,7 @@ import numpy as np
 from minutiae.scoring.truth import TruthEvent
 from minutiae.sim.emit.ib import simulate_ib, write_ib_csv
 
-REAL = Path(__file__).parents[1] / "data" / "realdata" / "infiniband" / "gpud" / \
-    "ibstat.47.0.h100.some.down.with.polling.1"
+REAL = "infiniband/gpud/ibstat.47.0.h100.some.down.with.polling.1"  # ../shared/realdata
 
 
 def _states_during(cls: str) -> set[tuple[str, str]]:
@@ -29,8 +28,8 @@ def _states_during(cls: str) -> set[tuple[str, str]]:
     return {(r[3], r[4]) for r in rows if 600 <= float(r[0]) < 1800 and r[3] in ("state", "phys_state")}
 
 
-def test_link_down_is_down_and_polling_as_on_a_real_node() -> None:
-    real = REAL.read_text()
+def test_link_down_is_down_and_polling_as_on_a_real_node(realdata: Path) -> None:
+    real = (realdata / REAL).read_text()
     assert "State: Down" in real and "Physical state: Polling" in real
     got = _states_during("ib_link_down")
     assert ("state", "1: DOWN") in got

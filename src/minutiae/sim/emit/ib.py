@@ -81,7 +81,7 @@ def simulate_ib(times: np.ndarray, ports: int, events: list[TruthEvent], boots: 
         first = int(np.searchsorted(times, ev.start))
         if ev.cls == "ib_link_down":
             # a failed link keeps training: DOWN / Polling, as the real H100 capture of GPUd's
-            # testdata shows (tests/data/realdata/infiniband/gpud/ibstat.47.0.h100.some.down.
+            # testdata shows (../shared/realdata/infiniband/gpud/ibstat.47.0.h100.some.down.
             # with.polling.1); Disabled is a port switched off by software, not a fault
             state[win, p] = 1
             phys[win, p] = 2
