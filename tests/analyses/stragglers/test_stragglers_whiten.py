@@ -5,13 +5,11 @@ under wander where thresholds set for independent steps broke it."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from bench_worlds import worlds
 
 from minutiae.analyses.stragglers.analysis import Options, StragglerAnalysis, analyse
 from minutiae.analyses.stragglers.armodel import ArModel, Variogram, columns, fit, fit_rows
@@ -19,13 +17,6 @@ from minutiae.analyses.stragglers.calib import design, noise_sigma, tail_design
 from minutiae.analyses.stragglers.prep import prepare
 from minutiae.analyses.stragglers.stream import StragglerStream
 from minutiae.analyses.stragglers.whiten import Whitener
-
-_PATH = Path(__file__).resolve().parents[3] / "bench" / "stragglers" / "worlds.py"
-_SPEC = importlib.util.spec_from_file_location("worlds", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-worlds = importlib.util.module_from_spec(_SPEC)
-sys.modules["worlds"] = worlds
-_SPEC.loader.exec_module(worlds)
 
 
 def _ar(rng: np.random.Generator, phi: float, sd: float, steps: int, n: int) -> np.ndarray:

@@ -5,24 +5,16 @@ worlds.py: numpy only, no minutiae code). Every case here failed on the detector
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from bench_worlds import worlds
 from click.testing import CliRunner
 
 from minutiae.analyses.stragglers.analysis import Options
 from minutiae.analyses.stragglers.runs import analyse_runs
 from minutiae.analyses.stragglers.types import StragglerReport
-
-_PATH = Path(__file__).resolve().parents[3] / "bench" / "stragglers" / "worlds.py"
-_SPEC = importlib.util.spec_from_file_location("worlds", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-worlds = importlib.util.module_from_spec(_SPEC)
-sys.modules["worlds"] = worlds
-_SPEC.loader.exec_module(worlds)
 
 SEEDS = (0, 1)
 
