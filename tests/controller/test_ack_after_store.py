@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
+from flaky_store import FlakyStore
 
 from minutiae.agent.runner import Agent, AgentConfig
 from minutiae.controller.http.api import make_app
 from minutiae.controller.policy import load_policy
 from minutiae.controller.service import Controller
 from minutiae.controller.store import Store
-from minutiae.errors import StoreError
 from minutiae.model import CheckResult, Status
 from minutiae.node.check import NodeReport
 from minutiae.schedulers.recording import RecordingBackend
@@ -35,17 +35,6 @@ def report(node: str, key: str | None = None, status: str = "ok") -> dict[str, A
     return {"node": node, "status": status,
             "checks": [{"check": "gpu", "status": status, "findings": []}],
             "domains": {"rack": "r1"}, "agent": agent}
-
-
-class FlakyStore(Store):
-    """The SQLite store, whose report writes fail while ``down``."""
-
-    down = False
-
-    def save_reports(self, rows: Any, beats: Any = (), wake: bool = False) -> None:
-        if self.down:
-            raise StoreError(f"{self.path}: connection refused (test)")
-        super().save_reports(rows, beats, wake)
 
 
 def stored(path: Path) -> dict[str, float]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from flaky_store import FlakyStore
 
 from minutiae.agent.push import RUN_ID, Outbox, Pusher
 from minutiae.clock import SystemClock
@@ -23,7 +24,6 @@ from minutiae.controller.reconcile import assess
 from minutiae.controller.service import Controller
 from minutiae.controller.state import Health
 from minutiae.controller.store import Store
-from minutiae.errors import StoreError
 from minutiae.schedulers.base import NodeSchedState
 from minutiae.schedulers.recording import RecordingBackend
 from minutiae.testing import FakeClock
@@ -121,15 +121,6 @@ def test_the_agent_ages_a_report_by_its_monotonic_clock() -> None:
     clock.advance(2.0)
     assert not Pusher("http://ctl", TOKEN, clock, T(), retries=0).flush(box).failed
     assert [b["agent"]["age_s"] for b in sent] == [2.0, 3632.0]
-
-
-class FlakyStore(Store):
-    down = False
-
-    def save_reports(self, rows: Any, beats: Any = (), wake: bool = False) -> None:
-        if self.down:
-            raise StoreError(f"{self.path}: disk I/O error (test)")
-        super().save_reports(rows, beats, wake)
 
 
 def test_agents_keep_buffering_while_the_store_cannot_take_reports(tmp_path: Path) -> None:
