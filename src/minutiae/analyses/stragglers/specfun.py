@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
-__all__ = ["beta_median", "normal_quantile"]
+__all__ = ["beta_cdf", "beta_median", "normal_quantile"]
 
 _STD_NORMAL = NormalDist()
 _TINY = 1e-300
