@@ -48,7 +48,8 @@ FAMILIES = ("moe", "gpt", "llama", "vit")
 OTHER = ("driver", "kernel", "firmware", "image")
 
 
-def fleet(seed: int, hit_families: int, effect: float, empty: float) -> tuple[list[RunRecord], list, dict[str, float], set[str]]:  # type: ignore[type-arg]
+def fleet(seed: int, hit_families: int, effect: float, empty: float,  # type: ignore[type-arg]
+          runs: tuple[int, int] = (40, 120)) -> tuple[list[RunRecord], list, dict[str, float], set[str]]:
     rng = np.random.default_rng(seed)
     specs = [RolloutSpec("nccl", 0.0, float(rng.uniform(0.5, 1.0)), float(rng.uniform(10, 40)), 3.0)]
     effects = {"nccl": effect}
@@ -57,7 +58,7 @@ def fleet(seed: int, hit_families: int, effect: float, empty: float) -> tuple[li
         effects[a] = e
         specs.append(RolloutSpec(a, e, float(rng.uniform(0.3, 1.0)), float(rng.uniform(5, 45)),
                                  float(rng.uniform(2, 7))))
-    f = synth_fleet(FleetConfig(seed=seed, rollouts=tuple(specs), noise=0.02,
+    f = synth_fleet(FleetConfig(seed=seed, rollouts=tuple(specs), noise=0.02, runs_per_signature=runs,
                                 missing_version_rate=empty))
     sigs = sorted({r.signature for r in f.records})
     fam = {s: FAMILIES[i % 4] for i, s in enumerate(sigs)}
