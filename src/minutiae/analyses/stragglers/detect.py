@@ -253,6 +253,7 @@ class SeriesDetector:
             new.append(self._update(r[start:stop], steps[start:stop]))
             if self.noise.tested(stop - start):
                 self.sigma *= np.float32(self.noise.refit(self.recent_rows(), self.alarm_step < 0))
+                self.shift.c = self.noise.shift_c  # the threshold is the model's (``shift.py``)
                 for t, d in zip(self.tests, self.noise.designs, strict=True):
                     t.h = d.h
             start = stop
