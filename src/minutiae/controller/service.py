@@ -146,9 +146,10 @@ class Controller:
             digest: str | None = str(body["digest"])
         else:
             rep, digest, changed, ticket = self.intake.ingest(body, raw)
-            if changed:
+            if changed and not self.wake.is_set():
                 self.wake.set()
-        if ticket is not None:
+        # set only when clear: the writer clears it before its take, which has our row then
+        if ticket is not None and not self.committer.wake.is_set():
             self.committer.wake.set()
         return rep, digest, ticket
 
