@@ -340,7 +340,9 @@ class StragglerAnalysis:
         suspects, below = above_floor(suspects, self.options.min_slowdown, warm_end,
                                       self._start_offsets(steps.size),
                                       still_slow(rows, index),
-                                      own_offset(self.warm_offset, self._offset_var(), index),
+                                      own_offset(self.warm_offset, self._offset_var(), index,
+                                                 (self.compute.alarm_pre, self.compute.alarm_pre_n,
+                                                  self.warm_steps)),
                                       level(rows, index, steps))
         listed = slowest(self.meta, self.compute, comp_share, n,
                          {r for s in suspects for r in s.ranks}, self.rho)
