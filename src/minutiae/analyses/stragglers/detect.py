@@ -216,9 +216,7 @@ class SeriesDetector:
         self.alarm_score = np.zeros(n)
         self.alarm_sums = np.zeros((2, n))
         self.alarm_peak = np.zeros(n)
-        #: per rank: its mean log-ratio over every step tested before its onset, and how many
-        self.alarm_pre = np.full(n, np.nan)
-        self.alarm_pre_n = np.zeros(n)
+        self.alarm_pre, self.alarm_pre_n = np.full(n, np.nan), np.zeros(n)  # before its onset
         self.last_step = np.full(n, -1, dtype=np.int64)
         self.medians: list[float] = []
         #: per rank: sum of its (clipped) log-ratios and how many, over every step tested
@@ -325,11 +323,8 @@ class SeriesDetector:
             self.alarm_peak[new] = sums[0] / np.maximum(sums[1], 1.0)
             self.alarm_sums[0, new] = sums[0] + cum_r[-1, new] - cum_r[ta, new]
             self.alarm_sums[1, new] = sums[1] + cum_n[-1, new] - cum_n[ta, new]
-            # every step tested so far less the excursion: what the rank had before its onset
-            pre_n = self.total_n[new] - self.alarm_sums[1, new]
-            self.alarm_pre_n[new] = pre_n
-            self.alarm_pre[new] = np.where(pre_n >= 1, (self.total_r[new] - self.alarm_sums[0, new])
-                                           / np.maximum(pre_n, 1.0), np.nan)
+            pre_n = self.alarm_pre_n[new] = self.total_n[new] - self.alarm_sums[1, new]  # all - excursion
+            self.alarm_pre[new] = (self.total_r[new] - self.alarm_sums[0, new]) / np.maximum(pre_n, 1.0)
             self.alarm_det[new] = det
             # the score is over the alarm tests only: ``runs`` ends with the estimator's run
             # (h = inf), so it is indexed by test, never zipped against ``self.tests``
