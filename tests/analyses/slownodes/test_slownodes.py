@@ -166,14 +166,18 @@ def test_chunked_gives_the_whole_table_answer(chunk_rows: int, variant: str) -> 
     assert chunked.noise == whole.noise and chunked.samples == whole.samples == 9216 - 36 * 8
 
 
-def test_chunk_bounds_keep_each_sample_time_whole() -> None:
-    from minutiae.analyses.slownodes.chunked import _chunk_bounds
+def test_chunk_numbers_keep_each_sample_time_whole() -> None:
+    from minutiae.analyses.slownodes.chunked import chunk_numbers
 
     # jittered times: 1,000 s and 1,020 s share bucket 3 at a 300 s interval (3.33 and 3.4 round to 3)
     times = pl.Series([0.0, 290.0, 610.0, 1000.0, 1020.0, 1190.0])
-    bounds = _chunk_bounds(times, 300.0, rows=6, chunk_rows=1)
-    assert bounds == [float("-inf"), 290.0, 610.0, 1000.0, 1190.0]
-    assert _chunk_bounds(times, 300.0, rows=6, chunk_rows=None) == [float("-inf")]
+    chunk, count = chunk_numbers(times, 300.0, chunk_rows=1)
+    assert chunk.tolist() == [0, 1, 2, 3, 3, 4] and count == 5
+    chunk, count = chunk_numbers(times, 300.0, chunk_rows=None)
+    assert chunk.tolist() == [0] * 6 and count == 1
+    # half to even, as the analysis' buckets: 450 s is bucket 2 (1.5), 750 s bucket 2 (2.5)
+    chunk, _ = chunk_numbers(pl.Series([0.0, 450.0, 750.0, 1050.0]), 300.0, chunk_rows=1)
+    assert chunk.tolist() == [0, 2, 2, 4]
 
 
 def test_of_two_equally_long_episodes_the_earlier_is_reported() -> None:

@@ -11,8 +11,10 @@ processed in chunks of whole buckets (``chunk_rows`` rows at a time, about):
 2. the noise, hence the slow limit, gives the candidate GPUs: those with any sample below it, an
    IB deficit below ``ib_deficit``, or enough PCIe replays;
 3. pass 2, by batches of about ``chunk_rows`` rows of whole nodes: only the candidates' rows
-   get deficits again (from the kept medians) and go through the episode search, which needs
-   each GPU's whole series (GPUs are independent there; nodes are merged at the end).
+   get deficits again (from the kept medians: only the (bucket, group) rows the batch's samples
+   join, ``_restrict``, so a batch's joins grow with the batch, not with the span) and go
+   through the episode search, which needs each GPU's whole series (GPUs are independent
+   there; nodes are merged at the end).
 
 Peak memory is the input table plus one chunk's working set plus about 10 bytes per sample (its
 deficit and chunk number), instead of a dozen float columns for every sample.
@@ -39,19 +41,9 @@ from minutiae.errors import DataError
 
 #: rows per chunk (2.5 h of 1,024 x 8 GPUs sampled every 5 minutes; a day of 128 nodes)
 CHUNK_ROWS = 250_000
+#: pass 1 merges the chunks' per-GPU clock histograms every this many chunks
+MERGE_EVERY = 8
 _KEY = ["nid", "gpu"]
-
-
-def _chunk_bounds(times: pl.Series, interval: float, rows: int, chunk_rows: int | None) -> list[float]:
-    """Lower time bounds of chunks holding whole buckets, about ``chunk_rows`` rows each."""
-    buckets = (times / interval).round().cast(pl.Int64).to_numpy()
-    if chunk_rows is None or buckets.size == 0:
-        return [float("-inf")]
-    n_b = int(buckets[-1] - buckets[0]) + 1
-    per = max(1, int(chunk_rows * n_b / max(rows, 1)))
-    chunk = (buckets - buckets[0]) // per
-    first = np.flatnonzero(np.diff(chunk, prepend=-1))
-    return [float("-inf")] + [float(t) for t in times.to_numpy()[first[1:]]]
 
 
 @dataclass(slots=True)
@@ -89,19 +81,32 @@ def _validate(tel: pl.DataFrame, where: str) -> tuple[pl.DataFrame, list[str]]:
     return tel, warnings
 
 
+def chunk_numbers(times: pl.Series, interval: float, chunk_rows: int | None) -> tuple[np.ndarray, int]:
+    """Each row's chunk number (chunks of whole buckets, about ``chunk_rows`` rows each, in time
+    order; a number may have no rows when the table has a long gap) and the count of numbers.
+    The chunk is a function of the row's bucket (its time / ``interval``, rounded as the
+    analysis rounds it: half to even), so no table of the distinct times is built (+16 MB at
+    2 M rows); it is computed a slice at a time and 2 bytes per row are kept."""
+    if chunk_rows is None or times.len() == 0:
+        return np.zeros(times.len(), dtype=np.uint16), 1
+    lo, hi = float(times.min()), float(times.max())  # type: ignore[arg-type]
+    b0 = int(np.round(lo / interval))
+    n_b = int(np.round(hi / interval)) - b0 + 1
+    per = max(1, int(chunk_rows * n_b / times.len()))
+    count = (n_b - 1) // per + 1
+    kind = np.uint16 if count < 2**16 else np.int64
+    out = np.empty(times.len(), dtype=kind)
+    step = 1 << 16  # slices of 0.5 MB: no temporary the size of the column
+    for i in range(0, times.len(), step):
+        t = times.slice(i, step).to_numpy()
+        out[i:i + t.size] = (np.round(t / interval).astype(np.int64) - b0) // per
+    return out, count
+
+
 def _chunk_of(tel: pl.DataFrame, chunk_rows: int | None) -> tuple[float, np.ndarray, int]:
     """(sample interval, each row's chunk number, number of chunks)."""
-    times = tel.get_column("time").cast(pl.Float64)
-    uniq = times.unique().sort()
     interval = sample_interval(tel)
-    bounds = np.asarray(_chunk_bounds(uniq, interval, tel.height, chunk_rows)[1:], dtype=np.float64)
-    # each row's chunk number, once (a compare per chunk instead of a time filter per chunk),
-    # computed a slice at a time: 2 bytes per row are kept, not 8
-    kind = np.uint16 if bounds.size < 2**16 else np.int64
-    tv = times.to_numpy()
-    chunk_of = np.concatenate([np.searchsorted(bounds, tv[i:i + (1 << 20)], side="right").astype(kind)
-                               for i in range(0, tv.size, 1 << 20)])
-    return interval, chunk_of, bounds.size + 1
+    return (interval, *chunk_numbers(tel.get_column("time").cast(pl.Float64), interval, chunk_rows))
 
 
 def sample_interval(tel: pl.DataFrame, nodes: int = 4) -> float:
@@ -113,10 +118,11 @@ def sample_interval(tel: pl.DataFrame, nodes: int = 4) -> float:
     one part of the analysis that grows with the table (32 nodes of 128 were +173 MB at 2 M
     rows, more than every chunk: tests/analyses/slownodes/test_slownodes_memory.py)."""
     first = tel.get_column("node").head(4096).cast(pl.String).unique(maintain_order=True).head(nodes)
-    some = (tel.filter(pl.col("node").cast(pl.String).is_in(first.implode()))
-            .select(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64),
-                    pl.col("time").cast(pl.Float64)).unique().sort("node", "gpu", "time"))
-    steps = some.select(pl.col("time").diff().over(["node", "gpu"])).to_series().drop_nulls().to_numpy()
+    steps = (tel.lazy().select(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64),
+                               pl.col("time").cast(pl.Float64))
+             .filter(pl.col("node").is_in(first.implode())).unique().sort("node", "gpu", "time")
+             .select(pl.col("time").diff().over(["node", "gpu"])).collect()
+             .to_series().drop_nulls().to_numpy())
     steps = steps[steps > 0]
     return float(np.median(steps)) if steps.size else 60.0
 
@@ -167,10 +173,19 @@ def _pass1(tel: pl.DataFrame, metrics: list[str], interval: float, keys: Keys, c
               if c in tel.columns]]
     slim = tel.select(cols)
     st = _Pass1(Gaps(interval, opts.gap_min_s))
+    # a table in time order (the simulator's, Prometheus' by scrape) has each chunk as one run
+    # of rows: a zero-copy slice instead of a compare of every row per chunk and a gather
+    ordered = bool(np.all(chunk_of[1:] >= chunk_of[:-1]))
+    starts = np.searchsorted(chunk_of, np.arange(n_chunks + 1)) if ordered else None
     for k in range(n_chunks):
-        idx = np.flatnonzero(chunk_of == k)
-        if idx.size:
-            _chunk(st, slim[idx].with_columns(keys.nid()).drop("node"), metrics, interval, keys, opts)
+        if starts is not None:
+            part = slim.slice(int(starts[k]), int(starts[k + 1] - starts[k]))
+        else:
+            part = slim[np.flatnonzero(chunk_of == k)]
+        if part.height:
+            _chunk(st, part.with_columns(keys.nid()).drop("node"), metrics, interval, keys, opts)
+        if len(st.bins) >= MERGE_EVERY:  # per-GPU clock histograms: bounded by GPUs, not chunks
+            st.bins = [D.merge_bins(st.bins)]
     return st
 
 
@@ -204,6 +219,21 @@ def _candidates(gpus: pl.DataFrame, limit: float, opts: sn.SlowOptions) -> pl.Da
     return gpus.group_by(_KEY).agg(aggs).filter(cand.fill_null(False)).select(_KEY)
 
 
+_JOINS = (("bucket", "peer"), ("bucket", "sku", "skuu"), ("bucket", "rack"), ("bucket", "own"))
+
+
+def _restrict(groups: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None, pl.DataFrame],
+              df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None, pl.DataFrame]:
+    """The rows of the span's peer, SKU, rack and own tables that ``df``'s samples join (their
+    (bucket, group) pairs): each batch then joins tables the size of its own samples, not of
+    the whole span's groups."""
+    out = [None if g is None else g.join(df.select(*on).unique(), on=list(on), how="semi")
+           for g, on in zip(groups, _JOINS, strict=True)]
+    peer, sku, rack, own = out
+    assert peer is not None and sku is not None and own is not None
+    return peer, sku, rack, own
+
+
 def _pass2(tel: pl.DataFrame, cands: pl.DataFrame, st: _Pass1, keys: Keys, metrics: list[str],
            interval: float, opts: sn.SlowOptions, noise: float, per_batch: int) -> list[sn.SlowFinding]:
     """Episodes of the candidate GPUs for every signal, by batches of whole nodes."""
@@ -219,8 +249,8 @@ def _pass2(tel: pl.DataFrame, cands: pl.DataFrame, st: _Pass1, keys: Keys, metri
         rows = (tel.filter(pl.col("node").cast(pl.String).is_in(cand_nodes[i:i + per_batch]))
                 .with_columns(pl.col("node").cast(pl.String), pl.col("gpu").cast(pl.Int64), keys.nid())
                 .join(cands, on=_KEY, how="semi"))
-        df = D.add_history(D.deficits(D.busy(rows, metrics, interval, keys), groups, opts,
-                                      metrics, resist), base)
+        df = D.busy(rows, metrics, interval, keys)
+        df = D.add_history(D.deficits(df, _restrict(groups, df), opts, metrics, resist), base)
         del rows
         for metric, slow in D.slow_exprs(df, limit, opts).items():
             findings += ep.episodes(df, slow, metric, interval, opts,

@@ -34,7 +34,7 @@ from minutiae.analyses.slownodes.keys import Keys
 
 SW_POWER_CAP = 0x4
 
-__all__ = ["add_history", "add_thermal", "history", "history_bins", "busy", "deficits", "resistance", "slow_exprs", "stats", "thermal_fit"]
+__all__ = ["add_history", "add_thermal", "history", "history_bins", "merge_bins", "busy", "deficits", "resistance", "slow_exprs", "stats", "thermal_fit"]
 
 
 def _code(col: str, scale: float, df: pl.DataFrame) -> pl.Expr:
@@ -162,7 +162,13 @@ def history_bins(df: pl.DataFrame) -> pl.DataFrame:
     free = (pl.col("clock_event_reasons") & SW_POWER_CAP) == 0  # a capped clock is no baseline
     return (df.filter(free).select("nid", "gpu", "plim", (pl.col("sm_clock_mhz") / 5.0).round()
                                    .cast(pl.Int64).alias("bin"))
-            .group_by("nid", "gpu", "plim", "bin").len())
+            .group_by("nid", "gpu", "plim", "bin").len().with_columns(pl.col("len").cast(pl.Int64)))
+
+
+def merge_bins(bins: list[pl.DataFrame]) -> pl.DataFrame:
+    """The counts of several ``history_bins`` tables summed per (GPU, power limit, bin)."""
+    return (pl.concat(bins).group_by("nid", "gpu", "plim", "bin")
+            .agg(pl.col("len").sum().cast(pl.Int64)))
 
 
 def history(bins: list[pl.DataFrame]) -> pl.DataFrame:
@@ -170,7 +176,7 @@ def history(bins: list[pl.DataFrame]) -> pl.DataFrame:
     if not bins:
         return pl.DataFrame(schema={"nid": pl.UInt32, "gpu": pl.Int64, "plim": pl.Int64,
                                     "base": pl.Float64})
-    tot = pl.concat(bins).group_by("nid", "gpu", "plim", "bin").agg(pl.col("len").sum())
+    tot = merge_bins(bins)
     return (tot.sort("nid", "gpu", "plim", "bin")
             .with_columns(pl.col("len").cum_sum().over("nid", "gpu", "plim").alias("c"),
                           pl.col("len").sum().over("nid", "gpu", "plim").alias("n"))

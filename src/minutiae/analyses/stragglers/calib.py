@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -147,24 +146,53 @@ _Q_X = np.linspace(-12.0, 12.0, 4801)
 _Q_W = np.exp(-_Q_X ** 2 / 2) / np.exp(-_Q_X ** 2 / 2).sum()
 
 
-def _root(mgf_minus_one: Callable[[float], float]) -> float:
-    """The positive root of an increasing-at-infinity convex function that is 0 at 0 and
-    negative just after it (the Cramer-Lundberg exponent); 0 when there is none below 50."""
-    lo, hi = 1e-6, 50.0
-    with np.errstate(over="ignore", invalid="ignore"):  # inf or NaN: far above the root
-        if mgf_minus_one(hi) < 0:
+#: the root's bracket: none below ROOT_MAX is reported as 0, one below ROOT_MIN as ROOT_MIN
+ROOT_MIN, ROOT_MAX = 1e-6, 50.0
+
+
+def _root(p: np.ndarray, x: np.ndarray) -> float:
+    """The positive root of ``M(t) = sum(p exp(t x)) = 1`` (the Cramer-Lundberg exponent of
+    increments ``x`` of probabilities ``p`` and negative mean); 0 when there is none below
+    ``ROOT_MAX``, ``ROOT_MIN`` when it is below that. Newton's method on ``log M`` (convex, 0
+    at 0; nearly linear right of the root) inside a bracket: right of the root its steps fall
+    monotonically onto it, left of it a step lands right of it, left of M's minimum the point
+    doubles. 4-7 evaluations of M instead of a 60-step bisection, the same root to 1e-13
+    (tests/analyses/stragglers/test_calib_root.py compares the two on a grid)."""
+    px = p * x
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # inf: far above it
+        if not float(np.dot(p, np.exp(ROOT_MAX * x))) >= 1.0:
             return 0.0
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if mgf_minus_one(mid) < 0 else (lo, mid)
-    return lo
+        if float(np.dot(p, np.exp(ROOT_MIN * x))) >= 1.0:
+            return ROOT_MIN
+        lo, hi = ROOT_MIN, ROOT_MAX
+        mean = float(np.sum(px))
+        var = float(np.dot(px, x)) - mean * mean
+        t = -2.0 * mean / var if var > 0 else 1.0  # the exponent of a Gaussian (2 mu / var)
+        for _ in range(200):
+            if not lo < t < hi:
+                t = (lo + hi) / 2
+            e = np.exp(t * x)
+            m, slope = float(np.dot(p, e)), float(np.dot(px, e))
+            if m < 1.0:
+                lo = t
+            else:
+                hi = t
+            if not slope > 0:  # left of the minimum: the root is further right
+                t = min(2.0 * t, hi)
+                continue
+            step = m * math.log(m) / slope if m > 0 and math.isfinite(m) else math.nan
+            if abs(step) <= 1e-12 * t:
+                return t - step
+            if hi - lo <= 1e-15 * hi:
+                return hi
+            t = t - step
+    return hi
 
 
 @functools.lru_cache(maxsize=256)
 def gaussian_exponent(k: float, clip: float) -> float:
     """The exponent of a CUSUM (k, clip) on N(0, 1) increments (2k without the clip)."""
-    x = np.clip(_Q_X, -clip, clip) - k
-    return _root(lambda t: float(np.dot(_Q_W, np.exp(t * x))) - 1.0)
+    return _root(_Q_W, np.clip(_Q_X, -clip, clip) - k)
 
 
 def tail_threshold(d: DetectorDesign, z: np.ndarray) -> float:
@@ -190,7 +218,7 @@ def tail_threshold(d: DetectorDesign, z: np.ndarray) -> float:
     p = counts[seen] / z.size
     x = ((edges[:-1] + edges[1:]) / 2 - d.k)[seen]
     mu = -float(np.dot(p, x))
-    theta = _root(lambda t: float(np.dot(p, np.exp(t * x))) - 1.0)
+    theta = _root(p, x)
     if not (mu > 0 and theta > 0):
         return d.h
     # the estimate's standard error (delta method on the empirical MGF): only tails heavier
