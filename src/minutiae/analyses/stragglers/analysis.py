@@ -34,6 +34,7 @@ from minutiae.analyses.stragglers.floor import (
     DEFAULT_MIN_SLOWDOWN,
     StartOffsets,
     above_floor,
+    before_onset,
     lag1,
     own_offset,
     slowest,
@@ -341,8 +342,7 @@ class StragglerAnalysis:
                                       self._start_offsets(steps.size),
                                       still_slow(rows, index),
                                       own_offset(self.warm_offset, self._offset_var(), index,
-                                                 (self.compute.alarm_pre, self.compute.alarm_pre_n,
-                                                  self.warm_steps)),
+                                                 (*before_onset(self.compute), self.warm_steps)),
                                       level(rows, index, steps))
         listed = slowest(self.meta, self.compute, comp_share, n,
                          {r for s in suspects for r in s.ranks}, self.rho)

@@ -216,7 +216,6 @@ class SeriesDetector:
         self.alarm_score = np.zeros(n)
         self.alarm_sums = np.zeros((2, n))
         self.alarm_peak = np.zeros(n)
-        self.alarm_pre, self.alarm_pre_n = np.full(n, np.nan), np.zeros(n)  # before its onset
         self.last_step = np.full(n, -1, dtype=np.int64)
         self.medians: list[float] = []
         #: per rank: sum of its (clipped) log-ratios and how many, over every step tested
@@ -254,6 +253,7 @@ class SeriesDetector:
             new.append(self._update(r[start:stop], steps[start:stop]))
             if self.noise.tested(stop - start):
                 self.sigma *= np.float32(self.noise.refit(self.recent_rows(), self.alarm_step < 0))
+                self.shift.c = self.noise.shift_c  # the threshold is the model's (``shift.py``)
                 for t, d in zip(self.tests, self.noise.designs, strict=True):
                     t.h = d.h
             start = stop
@@ -323,8 +323,6 @@ class SeriesDetector:
             self.alarm_peak[new] = sums[0] / np.maximum(sums[1], 1.0)
             self.alarm_sums[0, new] = sums[0] + cum_r[-1, new] - cum_r[ta, new]
             self.alarm_sums[1, new] = sums[1] + cum_n[-1, new] - cum_n[ta, new]
-            pre_n = self.alarm_pre_n[new] = self.total_n[new] - self.alarm_sums[1, new]  # all - excursion
-            self.alarm_pre[new] = (self.total_r[new] - self.alarm_sums[0, new]) / np.maximum(pre_n, 1.0)
             self.alarm_det[new] = det
             # the score is over the alarm tests only: ``runs`` ends with the estimator's run
             # (h = inf), so it is indexed by test, never zipped against ``self.tests``

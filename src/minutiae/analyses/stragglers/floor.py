@@ -50,6 +50,15 @@ def spread(det: SeriesDetector) -> float:
     return float(1.4826 * np.median(np.abs(m - np.median(m)))) if m.size >= 8 else 0.0
 
 
+def before_onset(det: SeriesDetector) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank: its mean log-ratio over every step tested before its alarm's onset (every
+    step's sum less its excursion's, both kept to the end), and how many; NaN for a rank that
+    has not alarmed (a node suspect's ranks may not have)."""
+    n = det.total_n - det.alarm_sums[1]
+    mean = (det.total_r - det.alarm_sums[0]) / np.maximum(n, 1.0)
+    return np.where(det.alarm_step >= 0, mean, np.nan), n
+
+
 def own_offset(warm: np.ndarray, var: np.ndarray, index: dict[int, int],
                pre: tuple[np.ndarray, np.ndarray, int] | None = None,
                ) -> Callable[[Suspect], float]:
