@@ -12,7 +12,7 @@ Precision = causes that are real / causes; recall = real causes (|effect| >= 2 %
 ``oracle``: the same fleets fitted with the truth given (each rollout's exposure by its
 mechanism, the NCCL rollout's hit signatures as one column, the rest as another, the other
 rollouts fleet-wide): the share of NCCL rollouts whose effect that fit shows at the verdict's
-level (two-sided p < 0.01 / 5 rollouts). A method that must also find which signatures were hit
+level (two-sided p < ``RULE.alpha`` / 5 rollouts). A method that must also find which signatures were hit
 cannot do better: that is the recall ceiling of the data, not of the method.
 
     .venv/bin/python bench/regress/partial.py [--fleets 8] [--seed-base 1000]
@@ -34,6 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
+from minutiae.analyses.whatchanged.rule import RULE  # noqa: E402
 from minutiae.history.record import RunRecord  # noqa: E402
 from minutiae.history.rollouts import group_rollouts  # noqa: E402
 from minutiae.testing.synth.regress import (  # noqa: E402
@@ -47,7 +48,8 @@ FAMILIES = ("moe", "gpt", "llama", "vit")
 OTHER = ("driver", "kernel", "firmware", "image")
 
 
-def fleet(seed: int, hit_families: int, effect: float, empty: float) -> tuple[list[RunRecord], list, dict[str, float], set[str]]:  # type: ignore[type-arg]
+def fleet(seed: int, hit_families: int, effect: float, empty: float,  # type: ignore[type-arg]
+          runs: tuple[int, int] = (40, 120)) -> tuple[list[RunRecord], list, dict[str, float], set[str]]:
     rng = np.random.default_rng(seed)
     specs = [RolloutSpec("nccl", 0.0, float(rng.uniform(0.5, 1.0)), float(rng.uniform(10, 40)), 3.0)]
     effects = {"nccl": effect}
@@ -56,7 +58,7 @@ def fleet(seed: int, hit_families: int, effect: float, empty: float) -> tuple[li
         effects[a] = e
         specs.append(RolloutSpec(a, e, float(rng.uniform(0.3, 1.0)), float(rng.uniform(5, 45)),
                                  float(rng.uniform(2, 7))))
-    f = synth_fleet(FleetConfig(seed=seed, rollouts=tuple(specs), noise=0.02,
+    f = synth_fleet(FleetConfig(seed=seed, rollouts=tuple(specs), noise=0.02, runs_per_signature=runs,
                                 missing_version_rate=empty))
     sigs = sorted({r.signature for r in f.records})
     fam = {s: FAMILIES[i % 4] for i, s in enumerate(sigs)}
@@ -94,9 +96,8 @@ def oracle_p(runs: list[RunRecord], rolls: list, effects: dict[str, float],  # t
 
 
 def _fleet_wide(v) -> bool:  # type: ignore[no-untyped-def]
-    """The verdict without the group split (what attribution said before it)."""
-    e = v.effect
-    return bool(e is not None and e.p_value < 0.01 / 5 and abs(e.change) >= 0.005 and v.overlap >= 20)
+    """The verdict without the group split (what attribution said before it), at today's rule."""
+    return RULE.fleet_cause(v.effect, v.overlap, 5)
 
 
 def _previous(commit: str) -> Any:
@@ -176,7 +177,7 @@ def _share(share: int, a: argparse.Namespace, previous: Any, secs: list[float]
         seed = a.seed_base * share + i
         effect = float(np.random.default_rng(seed).choice([0.02, 0.03, 0.05, -0.03, -0.02]))
         runs, rolls, effects, truth_sigs = fleet(seed, share, effect, 0.05 if i % 2 else 0.0)
-        ceiling += oracle_p(runs, rolls, effects, truth_sigs) < 0.01 / len(effects)
+        ceiling += oracle_p(runs, rolls, effects, truth_sigs) < RULE.alpha / len(effects)
         for m in methods[1:]:
             t0 = time.perf_counter()
             verdicts = _verdicts(runs, rolls, previous if m == "previous split" else None)

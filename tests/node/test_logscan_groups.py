@@ -222,3 +222,26 @@ def test_a_fleet_log_is_counted_without_building_findings(monkeypatch) -> None: 
     agg = scan_groups([("\n".join(lines) + "\n").encode()], year=2025)
     assert agg.total == 5050
     assert built["n"] <= 3, built
+
+
+def test_a_repeated_message_group_carries_count_first_last_and_example() -> None:
+    """A message repeated out of time order (a merged log), between other lines, across
+    blocks: one group whose count is its lines, first/last its earliest/latest time (not the
+    first/last line's), first/last line numbers its first/last line, and its example the
+    first line as written, whichever path counted the repeats."""
+    msg = MESSAGES[0]
+    stamps = ["07:46:05", "07:46:01", "07:46:09", "07:46:03", "07:46:07", "07:46:02"]
+    lines: list[str] = []
+    for i, s in enumerate(stamps):
+        lines.append(f"kern  :info  : 2025-01-17T{s},{i:06d}+00:00 {msg}")
+        lines.append(f"kern  :info  : 2025-01-17T{s},{i:06d}+00:00 systemd[1]: Started x.")
+    data = ("\n".join(lines) + "\n").encode()
+    for chunk in (0, 150):  # one block, and repeats split across many
+        agg = _assert_same(data, chunk=chunk)
+        (g,) = [g for g in agg.groups() if g.kind == "peermem_error"]
+        assert g.count == len(stamps) == agg.total
+        assert g.first == datetime(2025, 1, 17, 7, 46, 1, 1, tzinfo=UTC)
+        assert g.last == datetime(2025, 1, 17, 7, 46, 9, 2, tzinfo=UTC)
+        assert (g.first_line_no, g.last_line_no) == (1, 2 * len(stamps) - 1)
+        assert g.example == lines[0]
+        assert g.rule == "peermem-invalid-context"

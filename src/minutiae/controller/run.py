@@ -37,12 +37,13 @@ def connection_cap(nofile: int | None = None) -> int:
 
 
 def guarded_protocol(header_timeout: float, max_header: int = MAX_HEADER_BYTES) -> Any:
-    """uvicorn's httptools protocol with a header-read deadline and a header size cap: a
+    """uvicorn's httptools protocol with the ingest hot path answered in its callbacks
+    (``minutiae.controller.http.hotconn``), a header-read deadline and a header size cap: a
     half-open or slowloris connection is closed after ``header_timeout`` seconds instead of
     holding a file descriptor forever (uvicorn arms no timer before the first request)."""
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    from minutiae.controller.http.hotconn import HotProtocol
 
-    class Guarded(HttpToolsProtocol):
+    class Guarded(HotProtocol):
         _deadline: asyncio.TimerHandle | None = None
         _pending = 0
 

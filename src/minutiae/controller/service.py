@@ -146,9 +146,11 @@ class Controller:
             digest: str | None = str(body["digest"])
         else:
             rep, digest, changed, ticket = self.intake.ingest(body, raw)
-            if changed:
+            if changed and not self.wake.is_set():
                 self.wake.set()
-        if ticket is not None:
+        # set only when clear (an attribute read): a set Event is cleared by its thread before
+        # it takes the rows, so a row added before this check is in that take
+        if ticket is not None and not self.committer.wake.is_set():
             self.committer.wake.set()
         return rep, digest, ticket
 

@@ -158,6 +158,7 @@ class StragglerAnalysis:
                 f"found after {m} steps instead of {MIN_SPIKE_STEPS})")
         self.compute = _series(noise, self.groups, self.design, self.peers,
                                self.peers.offset_error())
+        self.compute.noise.use_units(self._units(warm) * (int(self.groups.max()) + 1) + self.groups)
         self.noise = float(np.median(self.compute.sigma))
         self.nodes: SeriesDetector | None = None
         if self.layout is not None:

@@ -91,6 +91,24 @@ def columns(n: int) -> np.ndarray:
     return np.arange(0, n, max(1, n // FIT_COLUMNS))
 
 
+def unit_columns(units: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(columns, their unit ids) for a variogram of within-unit contrasts: the ranks of units
+    of at least two (evenly strided over the units, at most ~``FIT_COLUMNS`` ranks), ordered
+    by unit; None when no unit has two ranks. A unit is the ranks of one node that share
+    its per-step factor (TP-shared noise): less their unit's mean, that factor (white noise
+    that hides the wander) is gone and the AR coefficient, a property of each GPU, is seen
+    with a larger share of the variance."""
+    ids, counts = np.unique(units, return_counts=True)
+    multi = ids[counts >= 2]
+    if multi.size == 0:
+        return None
+    per = float(np.median(counts[counts >= 2]))
+    multi = multi[::max(1, int(multi.size * per) // FIT_COLUMNS)]
+    cols = np.flatnonzero(np.isin(units, multi))
+    cols = cols[np.argsort(units[cols], kind="stable")]
+    return cols, units[cols]
+
+
 #: a difference of standardised ratios beyond this is a spike (GC pause, checkpoint), not
 #: noise: 5 sigmas of the widest a difference can be (twice the ratios' whole variance)
 SPIKE_DIFF = 5.0 * math.sqrt(2.0)
@@ -113,8 +131,11 @@ class Variogram:
     on are left out. Also the ratios' own robust variance (lottery offsets included, a minority
     of slow units not: what the AR part may not exceed)."""
 
-    def __init__(self, cols: np.ndarray) -> None:
+    def __init__(self, cols: np.ndarray, units: np.ndarray | None = None) -> None:
+        """``units``: per column of ``cols``, a unit id (contiguous runs, each of >= 2
+        columns): each row is then taken less its unit's mean (``unit_columns``)."""
         self.cols = cols
+        self.starts = None if units is None else np.flatnonzero(np.r_[True, units[1:] != units[:-1]])
         self.tail = np.zeros((0, cols.size), dtype=np.float32)
         self.hist = np.zeros((len(LAGS) + 1, BINS), dtype=np.int64)
 
@@ -133,6 +154,8 @@ class Variogram:
         for mask in (missing, gone):
             if mask is not None:
                 sub[mask[:, self.cols]] = np.nan
+        if self.starts is not None:
+            sub = self._less_unit_mean(sub)
         x = np.concatenate([self.tail, sub]) if self.tail.size else sub
         t = self.tail.shape[0]
         for i, h in enumerate(LAGS, start=1):
@@ -142,6 +165,17 @@ class Variogram:
             self._count(i, np.abs(x[lo:] - x[lo - h:x.shape[0] - h]))
         self._count(0, np.abs(sub))
         self.tail = x[-LAGS[-1]:]
+
+    def _less_unit_mean(self, sub: np.ndarray) -> np.ndarray:
+        """Each value less the mean of its unit's values at that step (NaN left out)."""
+        assert self.starts is not None
+        ok = np.isfinite(sub)
+        sums = np.add.reduceat(np.where(ok, sub, np.float32(0.0)), self.starts, axis=1)
+        counts = np.add.reduceat(ok.astype(np.float32), self.starts, axis=1)
+        sizes = np.diff(np.r_[self.starts, sub.shape[1]])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out: np.ndarray = sub - np.repeat(sums / counts, sizes, axis=1)
+        return out
 
     def values(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """(lags, v(h), differences each rests on, the ratios' robust variance) for the lags
@@ -207,8 +241,28 @@ def _largest(lags: np.ndarray, v: np.ndarray, wts: np.ndarray, bound: float, mos
 MIN_DIFFS = 1000
 
 
+def _candidates(lags: np.ndarray, v: np.ndarray, n: np.ndarray, total: float,
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Per phi of ``PHIS``: the largest AR part within the fit margin and its white part
+    (``a`` -1 where the phi is not consistent with the variogram; ``fit``)."""
+    bound = total if np.isfinite(total) and total > 0 else float(v.max() / 2)
+    wts = n / (2.0 * v * v)  # 1 / var(v_hat) for a chi-square variance estimate
+    resid, _, _ = _fits(lags, v, wts, bound)
+    best = float(resid.min())
+    margin = FIT_MARGIN * max(1.0, best / max(lags.size - 3, 1))
+    return _largest(lags, v, wts, bound, best + margin)
+
+
+def consistent(lags: np.ndarray, v: np.ndarray, n: np.ndarray, total: float) -> np.ndarray | None:
+    """Which phis of ``PHIS`` a variogram (``Variogram.values``) is consistent with: the
+    set ``fit`` picks from; None when it is too thin to say (fewer than three lags)."""
+    if lags.size < 3:
+        return None
+    return np.asarray(_candidates(lags, v, n, total)[0] > 0)
+
+
 def fit(lags: np.ndarray, v: np.ndarray, n: np.ndarray, total: float,
-        fallback: ArModel | None = None) -> ArModel:
+        fallback: ArModel | None = None, within: np.ndarray | None = None) -> ArModel:
     """The AR(1) + white model of a variogram (``Variogram.values``; module docstring): white
     noise when fewer than three lags are measured or no AR part is seen.
 
@@ -219,17 +273,16 @@ def fit(lags: np.ndarray, v: np.ndarray, n: np.ndarray, total: float,
     refits on the job's longer stretches narrow the choice. The weights take the lags as
     independent, which they are not (differences share values): the margin is widened by the
     dispersion the best fit leaves (quasi-likelihood), never narrowed. With ``fallback`` (the
-    rank tests' model, for the node test), a variogram thinner than ``MIN_DIFFS`` takes it."""
+    rank tests' model, for the node test), a variogram thinner than ``MIN_DIFFS`` takes it.
+    With ``within`` (the phis another view of the same job is consistent with:
+    ``consistent``), the pick is among the phis both allow, when any is."""
     if fallback is not None and (lags.size == 0 or lags[0] != 1 or n[0] < MIN_DIFFS):
         return fallback
     if lags.size < 3:
         return ArModel()
-    bound = total if np.isfinite(total) and total > 0 else float(v.max() / 2)
-    wts = n / (2.0 * v * v)  # 1 / var(v_hat) for a chi-square variance estimate
-    resid, _, _ = _fits(lags, v, wts, bound)
-    best = float(resid.min())
-    margin = FIT_MARGIN * max(1.0, best / max(lags.size - 3, 1))
-    a, w = _largest(lags, v, wts, bound, best + margin)
+    a, w = _candidates(lags, v, n, total)
+    if within is not None and (within & (a > 0)).any():
+        a = np.where(within, a, -1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         lrv = np.where(a > 0, w + a * (1 + PHIS) / (1 - PHIS), 0.0)
     i = int(np.argmax(lrv))

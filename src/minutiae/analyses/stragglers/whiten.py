@@ -35,8 +35,10 @@ from minutiae.analyses.stragglers.armodel import (
     ArModel,
     Variogram,
     columns,
+    consistent,
     fit,
     fit_rows,
+    unit_columns,
 )
 from minutiae.analyses.stragglers.calib import (
     NOISE_FLOOR,
@@ -81,17 +83,18 @@ class Refit:
 
 
 def refit(vg: Variogram, rows: np.ndarray, ratio_sigma: np.ndarray, keep: np.ndarray,
-          old: ArModel, fallback: ArModel | None = None) -> Refit | None:
+          old: ArModel, fallback: ArModel | None = None, within: np.ndarray | None = None,
+          ) -> Refit | None:
     """The model of the job's variogram so far, and the factor the innovations' scale changes
     by: both models' innovations of the last ``rows`` (steps, ranks; NaN where missing) of the
     ranks ``keep`` (from a zero state, the first ``BURN_IN`` rows dropped), measured, not
-    derived. None when too few ranks are left."""
+    derived. None when too few ranks are left. ``within``: ``armodel.fit``'s."""
     cols = np.flatnonzero(keep)
     cols = cols[::max(1, cols.size // FIT_COLUMNS)]
     if cols.size < 2:
         return None
     z = rows[:, cols] / ratio_sigma[cols].astype(np.float32)
-    model = fit(*vg.values(), fallback=fallback)
+    model = fit(*vg.values(), fallback=fallback, within=within)
     if model.white and old.white:
         model = old
     nu, new_s = _innovations(z, model)
@@ -234,19 +237,37 @@ class NoiseState:
         self.design = design
         self.whitener = None if model.white else Whitener(model, ratio_sigma)
         self.variogram = Variogram(columns(ratio_sigma.size))
+        #: the same of within-node contrasts (``use_units``): the phis it allows bound the fit
+        self.contrast: Variogram | None = None
         self.designs = designs(design, tail, model)
         self.rows = 0
 
+    def use_units(self, units: np.ndarray) -> None:
+        """Fit the AR coefficient on within-unit contrasts too (``armodel.unit_columns``):
+        of the models the ratios are consistent with, only those whose phi the contrasts are
+        consistent with are taken (the cautious pick of ``armodel.fit`` among them). Under
+        TP-shared noise the ratios' white share hides how fast the wander decays, and the
+        cautious pick whitened for phi 0.97-0.99 where it is 0.95 (the level-shift signature
+        flattens: a +5 % GPU was found after ~26 steps); the contrasts drop the node's
+        shared factor and tell. Wander shared by a node's GPUs (none in the contrasts) would
+        make the two disagree: then no phi is in both and the ratios alone decide."""
+        picked = unit_columns(units)
+        if picked is not None:
+            self.contrast = Variogram(*picked)
+
     @property
     def shift_c(self) -> float:
-        """The level-shift test's threshold (``shift.py``): half the slow test's budget."""
-        return threshold(self.design.detectors[-1].alpha / 2.0)
+        """The level-shift test's threshold (``shift.py``) for the current model: half the
+        slow test's budget."""
+        return threshold(self.design.detectors[-1].alpha / 2.0, self.model)
 
     def innovations(self, r: np.ndarray, missing: np.ndarray | None) -> np.ndarray:
         return r if self.whitener is None else self.whitener.innovations(r, missing)
 
     def add(self, r: np.ndarray, missing: np.ndarray | None, gone: np.ndarray | None) -> None:
         self.variogram.add(r, self.ratio_sigma, missing, gone)
+        if self.contrast is not None:
+            self.contrast.add(r, self.ratio_sigma, missing, gone)
 
     def until_refit(self) -> int:
         """Tested steps left before the next refit (a block is cut there, so any split of the
@@ -261,8 +282,9 @@ class NoiseState:
     def refit(self, recent: np.ndarray, keep: np.ndarray) -> float:
         """Refit on the job so far (``refit``; ``recent``: the last tested ratios, ``keep``: the
         ranks that have not alarmed); the factor the innovations' scale moved by."""
+        within = None if self.contrast is None else consistent(*self.contrast.values())
         new = refit(self.variogram, recent, self.ratio_sigma, keep, self.model,
-                    None if self.fallback is None else self.model)
+                    None if self.fallback is None else self.model, within)
         if new is None:
             return 1.0
         self.designs = designs(self.design, new.tail, new.model)

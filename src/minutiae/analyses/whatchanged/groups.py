@@ -13,10 +13,11 @@ two-way fixed-effects fit (the other rollouts kept fleet-wide):
 Runs whose label is empty are a column of their own, never reported: a missing field removes
 the run from that grouping's estimate, not from the fit. The grouping whose group effects differ
 most (Wald test of equal effects, Bonferroni over groupings and rollouts) is kept when that test
-is significant; its groups whose own effect is significant (``GROUP_P``), of the strongest
-group's sign and at least half its size are the hit groups, the rest are pooled into one "rest"
-estimate. Whether that makes the rollout a cause is decided on the pooled hit effect (the strict
-fleet-wide test, Bonferroni also over groupings, leave-one-signature-out, ``MIN_EFFECT``).
+is significant; its groups whose own effect is significant (``CauseRule.group_p``), of the
+strongest group's sign and at least half its size are the hit groups, the rest are pooled into
+one "rest" estimate. Whether that makes the rollout a cause is decided on the pooled hit effect
+(``rule.py``: the fleet-wide test, Bonferroni also over groupings, leave-one-signature-out, a
+floor of its own).
 """
 
 from __future__ import annotations
@@ -30,20 +31,13 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from minutiae.analyses.whatchanged.rule import RULE
 from minutiae.analyses.whatchanged.stats import Effect, Panel, fe_joint
 from minutiae.history.record import STACK_KEYS, RunRecord
 
-#: smallest group effect that can make a cause: a split has more ways to fit chance (groupings
-#: x groups) and to absorb a confounder (a slow node drawn more often by big jobs, one model's
-#: own code change) than the fleet-wide estimate, whose floor is 0.5 %
-MIN_EFFECT = 0.015
 MAX_VALUES = 12
-#: rate of the heterogeneity screen (Bonferroni over groupings; the cause test on the pooled hit
-#: effect corrects for the rollouts)
-HET_ALPHA = 0.01
-#: a group is hit when its own effect has p below this, the sign of the strongest group's and
-#: at least half its size; the cause test is then on the pooled hit effect (strict, in rollouts)
-GROUP_P = 0.05
+#: the rest of the groups "moved too" (a fleet-wide change of uneven size) below this p
+REST_P = 0.05
 _WORD = re.compile(r"[-_/.: ]")
 
 
@@ -128,8 +122,10 @@ def _split_fit(panel: Panel, others: np.ndarray, x: np.ndarray, labels: list[str
 
 
 def split_rollout(panel: Panel, xmat: np.ndarray, i: int, n_rollouts: int,
-                  nuisance: np.ndarray | None = None) -> GroupSplit | None:
-    """The best grouping of rollout ``i``'s effect, or None when no grouping's effects differ."""
+                  nuisance: np.ndarray | None = None, het_alpha: float = RULE.het_alpha,
+                  group_p: float = RULE.group_p) -> GroupSplit | None:
+    """The best grouping of rollout ``i``'s effect, or None when no grouping's effects differ
+    (Wald p x groupings >= ``het_alpha``); a group is hit when its p < ``group_p``."""
     x = xmat[:, i]
     others = np.delete(xmat, i, axis=1)
     if nuisance is not None and nuisance.size:
@@ -147,14 +143,14 @@ def split_rollout(panel: Panel, xmat: np.ndarray, i: int, n_rollouts: int,
         p = _wald([e for e in fits if e is not None]) * len(groups)
         if best is None or p < best[0]:
             best = (p, name, values, fits)
-    if best is None or best[0] >= HET_ALPHA:
+    if best is None or best[0] >= het_alpha:
         return None
     p_het, name, values, fits = best
     known = [(v, e) for v, e in zip(values, fits, strict=True) if e is not None]
     if not known:
         return None
     top = min(known, key=lambda ve: ve[1].p_value)[1]
-    hit = [(v, e) for v, e in known if e.p_value < GROUP_P and e.change * top.change > 0
+    hit = [(v, e) for v, e in known if e.p_value < group_p and e.change * top.change > 0
            and abs(e.change) >= max(abs(top.change) / 2, 0.005)]
     if not hit or len(hit) == len(known):
         return None
@@ -179,7 +175,7 @@ def split_rollout(panel: Panel, xmat: np.ndarray, i: int, n_rollouts: int,
 def _moved_too(hit: Effect | None, rest: Effect | None) -> bool:
     """The rest changed significantly the same way: a fleet-wide change of uneven size, not one
     that hits some groups and leaves the others alone."""
-    return (hit is not None and rest is not None and rest.p_value < GROUP_P
+    return (hit is not None and rest is not None and rest.p_value < REST_P
             and rest.change * hit.change > 0)
 
 

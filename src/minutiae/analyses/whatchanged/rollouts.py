@@ -18,25 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from minutiae.analyses.whatchanged.groups import MIN_EFFECT as GROUP_MIN_EFFECT
 from minutiae.analyses.whatchanged.groups import GroupSplit, label_of, split_rollout
+from minutiae.analyses.whatchanged.rule import RULE, CauseRule
 from minutiae.analyses.whatchanged.stats import Effect, Panel, fe_joint, make_panel
 from minutiae.history.record import STACK_KEYS, RunRecord
 from minutiae.history.rollouts import Rollout
 
 WEEK = 7 * 86400.0
-#: family-wise false-alarm rate over all rollouts tested (Bonferroni)
-ALPHA = 0.01
-#: fewest runs on each side, on days when both ran, before a rollout can be called a cause
-MIN_OVERLAP = 20
 #: signatures (best supported first) given a per-signature hint column
 MAX_HINT_SIGNATURES = 40
 #: family-wise rate for the per-signature hints
 HINT_ALPHA = 0.001
-#: smallest effect we call a cause (fraction)
+#: smallest effect shown in the per-signature hint (fraction)
 MIN_EFFECT = 0.005
-#: a group effect must stay significant at this level with any one hit signature left out
-ROBUST_P = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +43,15 @@ class RolloutVerdict:
     signature's own changes at the same time, so it never makes ``cause``; ``overlap``: runs on the
     smaller side (with or without the rollout) on days when both kinds ran — the evidence that
     separates the rollout from everything else that changed that week; ``cause``: the fleet-wide
-    effect is significant after Bonferroni over rollouts, at least ``MIN_EFFECT``, and rests on an
-    overlap of at least ``MIN_OVERLAP`` runs; ``gpu_hours_per_week``: GPU-hours
+    effect is significant after Bonferroni over rollouts, at least a floor, and rests on an
+    overlap of enough runs (``rule.CauseRule``); ``gpu_hours_per_week``: GPU-hours
     the change costs (+) or saves (−) per week over the exposed runs since the rollout started
     (None when runs lack GPU counts or durations); ``runs_exposed``: runs that met it;
     ``groups``: when the rollout changed some signature groups and not others (``groups.py``),
     the split, and ``cause`` also holds when its pooled effect on the hit groups passes the same
-    tests as a fleet-wide one; ``missing``: runs whose version column was empty (left out of
-    this rollout's estimate, kept for the others)."""
+    tests as a fleet-wide one (``rule.py``); ``missing``: runs whose version column was empty
+    (left out of this rollout's estimate, kept for the others); ``hit_overlap``: the overlap
+    of the hit groups' runs alone (0 without a partial split)."""
 
     name: str
     attr: str
@@ -73,6 +68,7 @@ class RolloutVerdict:
     overlap: int = 0
     groups: GroupSplit | None = None
     missing: int = 0
+    hit_overlap: int = 0
 
     def summary(self) -> str:
         """``NCCL 2.23.4: +3.0 % on 6 of 12 signatures (moe-*), 0 on the rest`` or the fleet-wide
@@ -172,7 +168,7 @@ def _exposures(panel: Panel, ros: Sequence[Rollout],
 
 
 def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | None = None,
-                       ) -> list[RolloutVerdict]:
+                       rule: CauseRule = RULE) -> list[RolloutVerdict]:
     """Test every rollout as a cause (``rollouts`` None: inferred from attribute columns)."""
     panel = make_panel(runs)
     ros = list(rollouts) if rollouts is not None else infer_rollouts(panel.runs)
@@ -198,7 +194,7 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
     # slow node looks like an effect on the big-job group
     group_nuis = np.column_stack([nuis, _node_penalty(panel)])
     out = []
-    splits = _greedy_splits(panel, xmat, len(ros), group_nuis, anys, alls)
+    splits = _greedy_splits(panel, xmat, group_nuis, anys, alls, rule)
     sig_of = np.array([r.signature for r in panel.runs])
     hits = {j: _held(sp, xs, sig_of) for j, (sp, xs) in splits.items()}
     for i, ro in enumerate(ros):
@@ -209,21 +205,16 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
         eff = effects[i] if not extra else fe_joint(
             panel, np.column_stack([xmat, nuis, *extra]))[i]
         overlap = _overlap(panel, x)
-        main = bool(eff is not None and eff.p_value < ALPHA / len(ros) and abs(eff.change) >= MIN_EFFECT
-                    and overlap >= MIN_OVERLAP)
+        main = rule.fleet_cause(eff, overlap, len(ros))
         by_sig = _per_signature(panel, np.column_stack([xmat, nuis]), i, sig_names, len(ros))
         shown, x_split = splits.get(i, (None, x))
         split = shown if shown is not None and shown.partial else None  # uneven: fleet-wide
-        cause, cost_eff, cost_mask = main, eff, np.ones(len(x), bool)
+        cause, cost_eff, cost_mask, hit_overlap = main, eff, np.ones(len(x), bool), 0
         if split is not None and split.hit_effect is not None:
-            labels = np.array(split.hit_signatures)
-            in_hit = np.isin(np.array([r.signature for r in panel.runs]), labels)
+            in_hit = np.isin(sig_of, np.array(split.hit_signatures))
             hit_overlap = _overlap(panel, x_split * in_hit)
-            he = split.hit_effect
-            cause = main or (he.p_value < ALPHA / (len(ros) * split.tested)
-                             and split.p_robust < ROBUST_P
-                             and abs(he.change) >= GROUP_MIN_EFFECT and hit_overlap >= MIN_OVERLAP)
-            cost_eff, cost_mask = he, in_hit
+            cause = main or rule.group_cause(split, hit_overlap, len(ros))
+            cost_eff, cost_mask = split.hit_effect, in_hit
             if not by_sig:  # the hint: each hit signature with its group's effect
                 group_of = dict(split.hit)
                 first = {r.signature: r for r in reversed(panel.runs)}
@@ -236,12 +227,12 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
         out.append(RolloutVerdict(ro.name, ro.attr, ro.old, ro.new, ro.start, len(ro.at),
                                   "all" if use_all else "any", eff, cause, cost,
                                   int((x > 0).sum()), tuple(by_sig), overlap, shown,
-                                  int(missing[i].sum())))
+                                  int(missing[i].sum()), hit_overlap))
     return sorted(out, key=lambda v: (not v.cause, -(abs(v.effect.change) if v.effect else 0.0)))
 
 
-def _best_split(panel: Panel, xmat: np.ndarray, i: int, n_rollouts: int, nuis: np.ndarray,
-                x_any: np.ndarray, x_all: np.ndarray) -> tuple[GroupSplit | None, np.ndarray]:
+def _best_split(panel: Panel, xmat: np.ndarray, i: int, nuis: np.ndarray, x_any: np.ndarray,
+                x_all: np.ndarray, rule: CauseRule) -> tuple[GroupSplit | None, np.ndarray]:
     """The group split under the exposure that fits its mechanism (a slowdown through *any*
     node, a speed-up needing *all*): the fleet-wide choice of exposure can be the wrong one for a
     rollout that only hits some groups (its fleet-wide effect is near zero)."""
@@ -249,34 +240,56 @@ def _best_split(panel: Panel, xmat: np.ndarray, i: int, n_rollouts: int, nuis: n
     for x, slower in ((x_any, True), (x_all, False)):
         m = xmat.copy()
         m[:, i] = x
-        sp = split_rollout(panel, m, i, n_rollouts, nuis)
+        sp = split_rollout(panel, m, i, xmat.shape[1], nuis, rule.het_alpha, rule.group_p)
         if sp is None or sp.hit_effect is None or (sp.hit_effect.change > 0) != slower:
             continue
-        if best[0] is None or _strength(sp) > _strength(best[0]):
+        if best[0] is None or _strength(sp, rule) > _strength(best[0], rule):
             best = (sp, x)
     return best
 
 
-def _greedy_splits(panel: Panel, xmat: np.ndarray, n_rollouts: int, nuis: np.ndarray,
-                   anys: list[np.ndarray], alls: list[np.ndarray],
+def _greedy_splits(panel: Panel, xmat: np.ndarray, nuis: np.ndarray, anys: list[np.ndarray],
+                   alls: list[np.ndarray], rule: CauseRule,
                    ) -> dict[int, tuple[GroupSplit, np.ndarray]]:
     """Group splits accepted strongest first, each refitted net of the group effects of those
     accepted before it: two rollouts that went out together cannot both take one's effect."""
-    first = {i: _best_split(panel, xmat, i, n_rollouts, nuis, anys[i], alls[i])
+    first = {i: _best_split(panel, xmat, i, nuis, anys[i], alls[i], rule)
              for i in range(xmat.shape[1])}
-    order = sorted((i for i, (sp, _) in first.items() if sp is not None and _strength(sp) > 0),
-                   key=lambda i: -_strength(first[i][0]))  # type: ignore[arg-type]
     sig_of = np.array([r.signature for r in panel.runs])
+    cands = {i: (sp, x) for i, (sp, x) in first.items() if sp is not None and _strength(sp, rule) > 0}
+    order = _joint_order(panel, xmat, nuis, cands, sig_of)
     accepted: dict[int, tuple[GroupSplit, np.ndarray]] = {}
     for i in order:
         sp, xs = first[i]
         if accepted:
             held = [h for a, x in accepted.values() for h in _held(a, x, sig_of)]
-            sp, xs = _best_split(panel, xmat, i, n_rollouts, np.column_stack([nuis, *held]),
-                                 anys[i], alls[i])
-        if sp is not None and _strength(sp) > 0:
+            sp, xs = _best_split(panel, xmat, i, np.column_stack([nuis, *held]), anys[i],
+                                 alls[i], rule)
+        if sp is not None and _strength(sp, rule) > 0:
             accepted[i] = (sp, xs)
     return accepted
+
+
+def _joint_order(panel: Panel, xmat: np.ndarray, nuis: np.ndarray,
+                 cands: dict[int, tuple[GroupSplit, np.ndarray]], sig_of: np.ndarray) -> list[int]:
+    """Candidate splits, strongest first by |t| of their hit column fitted jointly with every
+    other candidate's: when two rollouts' splits claim the same signatures (a -3 % kernel
+    rollout's *any* exposure takes up NCCL's +2 % on MoE models when each is fitted alone), the
+    exposures decide which one owns the effect, not which was fitted first."""
+    if len(cands) < 2:
+        return list(cands)
+    cols = [xmat[:, j] for j in range(xmat.shape[1]) if j not in cands]
+    for sp, x in cands.values():
+        hit = np.isin(sig_of, np.array(sp.hit_signatures))
+        cols += [x * hit, x * ~hit]
+    fit = fe_joint(panel, np.column_stack([*cols, nuis]))
+    base = xmat.shape[1] - len(cands)
+    t = {i: _t(fit[base + 2 * k]) for k, i in enumerate(cands)}
+    return sorted(cands, key=lambda i: -t[i])
+
+
+def _t(e: Effect | None) -> float:
+    return 0.0 if e is None else abs(math.log1p(e.change)) / max(e.se, 1e-9)
 
 
 def _held(sp: GroupSplit, x: np.ndarray, sig_of: np.ndarray) -> list[np.ndarray]:
@@ -286,12 +299,12 @@ def _held(sp: GroupSplit, x: np.ndarray, sig_of: np.ndarray) -> list[np.ndarray]
     return [x * hit] if sp.partial else [x * hit, x * ~hit]
 
 
-def _strength(sp: GroupSplit) -> float:
+def _strength(sp: GroupSplit, rule: CauseRule) -> float:
     """|t| of the pooled hit effect, when it reaches the group floor (else 0)."""
     e = sp.hit_effect
-    if e is None or abs(e.change) < GROUP_MIN_EFFECT:
+    if e is None or abs(e.change) < rule.group_min_effect:
         return 0.0
-    return abs(math.log1p(e.change)) / max(e.se, 1e-9)
+    return _t(e)
 
 
 def _node_penalty(panel: Panel) -> np.ndarray:

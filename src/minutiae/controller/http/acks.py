@@ -14,7 +14,7 @@ from collections import OrderedDict
 from minutiae.controller.commit import Committer
 from minutiae.errors import StoreError
 
-__all__ = ["ACK_TIMEOUT_S", "Acks"]
+__all__ = ["ACK_TIMEOUT_S", "Acks", "not_stored"]
 
 #: a report not stored within this many seconds is answered 503 (kept in memory meanwhile)
 ACK_TIMEOUT_S = 10.0
@@ -56,29 +56,43 @@ class Acks:
                 if not fut.done():
                     fut.set_result(err)
 
-    async def stored(self, ticket: int) -> None:
-        """Return once the take ``ticket`` is in the store; raise ``StoreError`` otherwise.
-        A plain future per request (no per-request timer, task or shield: one
-        ``call_later`` per take bounds the wait)."""
+    def pending(self, ticket: int) -> asyncio.Future[str | None] | None:
+        """The future a request waits on until the take ``ticket`` is stored (its result: the
+        error, or None); None when that take is already settled (:meth:`error` says how).
+        A plain future per request (no timer, task or shield: one ``call_later`` per take
+        bounds the wait); callable from a coroutine or from a protocol callback on the loop."""
         if self.loop is None:
             self.committer.commit()
         if ticket <= self._through:
-            err = self._failed.get(ticket)
-        else:
-            loop = asyncio.get_running_loop()
-            fut = loop.create_future()
-            waiting = self._futs.get(ticket)
-            if waiting is None:
-                waiting = self._futs[ticket] = []
-                loop.call_later(self.timeout_s, self._expire, ticket)
-                self.committer.wake.set()
-            waiting.append(fut)
-            err = await fut
+            return None
+        loop = self.loop or asyncio.get_running_loop()
+        fut = loop.create_future()
+        waiting = self._futs.get(ticket)
+        if waiting is None:
+            waiting = self._futs[ticket] = []
+            loop.call_later(self.timeout_s, self._expire, ticket)
+            self.committer.wake.set()
+        waiting.append(fut)
+        return fut
+
+    def error(self, ticket: int) -> str | None:
+        """Why the settled take ``ticket`` was not stored (None: it was)."""
+        return self._failed.get(ticket)
+
+    async def stored(self, ticket: int) -> None:
+        """Return once the take ``ticket`` is in the store; raise ``StoreError`` otherwise."""
+        fut = self.pending(ticket)
+        err = self.error(ticket) if fut is None else await fut
         if err is not None:
-            raise StoreError(f"report not stored ({err}); send it again")
+            raise not_stored(err)
 
     def _expire(self, ticket: int) -> None:
         for fut in self._futs.pop(ticket, ()):
             if not fut.done():
                 fut.set_result(f"not stored within {self.timeout_s:g} s; the report is kept "
                                "in memory")
+
+
+def not_stored(err: str) -> StoreError:
+    """The refusal (HTTP 503) of a report whose take was not stored."""
+    return StoreError(f"report not stored ({err}); send it again")

@@ -103,13 +103,13 @@ def make_app(controller: Controller, token: str, loop_interval: float | None = N
         m.refuse(type(exc).__name__)
         return JSONResponse({"detail": str(exc)}, status_code=status_for(exc))
 
-    hot = reports.handlers(controller, m, acks)
+    hot = reports.handlers(controller, m)
     # the hot path: token, body limit, validation and ingest without the framework's routing
-    app.fast = FastPath(app.framework, token=token, max_body=MAX_BODY, handlers=hot,
+    app.fast = FastPath(app.framework, token=token, max_body=MAX_BODY, handlers=hot, acks=acks,
                         refused=m.refuse, only_node=only_node,
                         scoped=agent_tokens.node_for if agent_tokens else None)
     auth = [Depends(bearer_auth(token, m))]
-    for r in (reports.router(hot, auth), jobs.router(controller, auth),
+    for r in (reports.router(app.fast, auth), jobs.router(controller, auth),
               actions.router(controller, auth),
               reads.router(controller, [Depends(bearer_auth(token, m, read_token))]
                            if read_token else ()),

@@ -25,8 +25,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from minutiae.controller.wire import check_json
 from minutiae.errors import AuthError, BackendError, InputError, MinutiaeError, StoreError
@@ -36,13 +38,34 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-#: a hot endpoint: the raw body in, (HTTP status, JSON-able answer) out; may raise MinutiaeError
-Handler = Callable[[bytes], Awaitable[tuple[int, Any]]]
+#: a hot endpoint's work: the raw body in; (HTTP status, JSON-able answer, the ticket of the
+#: store take to wait for before answering, or None) out; may raise MinutiaeError
+Begin = Callable[[bytes], tuple[int, Any, "int | None"]]
 
 _JSON = [(b"content-type", b"application/json")]
 #: seconds a request body may take to arrive (a client that sends headers, then stalls)
 BODY_TIMEOUT = 10.0
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+
+
+class Acks(Protocol):
+    """Acknowledge after store (``minutiae.controller.http.acks.Acks``)."""
+
+    def pending(self, ticket: int) -> asyncio.Future[str | None] | None: ...
+
+    def error(self, ticket: int) -> str | None: ...
+
+    async def stored(self, ticket: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Hot:
+    """A hot endpoint: ``begin`` validates and takes the body (on the event loop, no
+    ``await``); ``done(t0)`` runs once the answer is stored (metrics; ``t0``: when the body
+    was read, ``time.perf_counter``)."""
+
+    begin: Begin
+    done: Callable[[float], None] | None = None
 
 
 class _Refused(Exception):
@@ -83,7 +106,7 @@ class FastPath:
     ``refused(why)`` is called for every refusal (metrics label: ``token``, ``too_large`` or
     the error's class name)."""
 
-    def __init__(self, app: ASGIApp, *, token: str, handlers: Mapping[str, Handler],
+    def __init__(self, app: ASGIApp, *, token: str, handlers: Mapping[str, Hot], acks: Acks,
                  refused: Callable[[str], None], max_body: int,
                  scoped: Callable[[bytes], str | None] | None = None,
                  only_node: Callable[[bytes, str], None] | None = None,
@@ -94,6 +117,9 @@ class FastPath:
         self.scoped, self.only_node = scoped, only_node
         self.expected = f"Bearer {token}".encode()
         self.handlers = dict(handlers)
+        #: the same, by raw request target (``minutiae.controller.http.hotconn`` matches it)
+        self.by_target = {p.encode(): h for p, h in handlers.items()}
+        self.acks = acks
         self.refused = refused
         self.max_body = max_body
         self.body_timeout = body_timeout
@@ -117,20 +143,15 @@ class FastPath:
         if handler is None:
             await self._framework(scope, receive, send)
             return
-        node = None
-        if not hmac.compare_digest(auth, self.expected):
-            node = self.scoped(auth) if self.scoped is not None else None
-        if node is None and not hmac.compare_digest(auth, self.expected):
+        allowed, node = self.authorize(auth)
+        if not allowed:
             self.refused("token")
             await _answer(send, 401, {"detail": "missing or invalid bearer token"},
                           [(b"www-authenticate", b"Bearer")])
             return
         try:
             body = await self._body(receive)
-            check_json(body)
-            if node is not None and self.only_node is not None:
-                self.only_node(body, node)
-            code, out = await handler(body)
+            code, out = await self.run(handler, body, node)
         except _Refused as exc:
             self.refused(exc.label)
             await _answer(send, exc.code, {"detail": str(exc)})
@@ -142,6 +163,31 @@ class FastPath:
             await _answer(send, status_for(exc), {"detail": str(exc)})
             return
         await _answer(send, code, out)
+
+    def authorize(self, auth: bytes) -> tuple[bool, str | None]:
+        """(whether the ``Authorization`` value may post here, the node a per-node agent
+        token is scoped to — None for the admin token)."""
+        if hmac.compare_digest(auth, self.expected):
+            return True, None
+        node = self.scoped(auth) if self.scoped is not None else None
+        return node is not None, node
+
+    def start(self, hot: Hot, body: bytes, node: str | None) -> tuple[int, Any, int | None]:
+        """The checks every hot body gets, then the endpoint's work (raises MinutiaeError)."""
+        check_json(body)
+        if node is not None and self.only_node is not None:
+            self.only_node(body, node)
+        return hot.begin(body)
+
+    async def run(self, hot: Hot, body: bytes, node: str | None) -> tuple[int, Any]:
+        """:meth:`start`, then wait until what it took is stored (raises ``StoreError``)."""
+        t0 = time.perf_counter()
+        code, out, ticket = self.start(hot, body, node)
+        if ticket is not None:
+            await self.acks.stored(ticket)
+        if hot.done is not None:
+            hot.done(t0)
+        return code, out
 
     async def _framework(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Hand on to FastAPI; a JSON body is read (bounded, timed) and checked first."""
@@ -211,8 +257,13 @@ def _is_json(scope: Scope) -> bool:
 async def _answer(send: Send, code: int, payload: Any,
                   extra: list[tuple[bytes, bytes]] | None = None) -> None:
     """``payload`` as JSON (``bytes``: already encoded by the handler)."""
-    data = payload if isinstance(payload, bytes) else json.dumps(
-        payload, separators=(",", ":")).encode()
+    data = encoded(payload)
     headers = [*_JSON, (b"content-length", str(len(data)).encode()), *(extra or [])]
     await send({"type": "http.response.start", "status": code, "headers": headers})
     await send({"type": "http.response.body", "body": data})
+
+
+def encoded(payload: Any) -> bytes:
+    """An answer's body: ``payload`` as compact JSON (``bytes``: already encoded)."""
+    return payload if isinstance(payload, bytes) else json.dumps(
+        payload, separators=(",", ":")).encode()
