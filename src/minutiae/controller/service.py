@@ -148,8 +148,7 @@ class Controller:
             rep, digest, changed, ticket = self.intake.ingest(body, raw)
             if changed and not self.wake.is_set():
                 self.wake.set()
-        # set only when clear (an attribute read): a set Event is cleared by its thread before
-        # it takes the rows, so a row added before this check is in that take
+        # set only when clear: the writer clears it before its take, which has our row then
         if ticket is not None and not self.committer.wake.is_set():
             self.committer.wake.set()
         return rep, digest, ticket
