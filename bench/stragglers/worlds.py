@@ -18,7 +18,8 @@ Model of one rank's compute time at step t (log scale, every term optional per w
 - ``lottery``: a persistent per-GPU offset (silicon lottery), Gaussian, sd <= 1 %;
 - ``ar``: AR(1) per-GPU wander (power capping, thermals), coefficient phi, stationary sd;
 - ``eps``: per-rank per-step noise with Student-t tails (df 3-5);
-- ``moe``: a hot expert: one rank of an EP group is slower for 10-40 steps, then the heat moves;
+- ``moe``: a hot expert: one rank of an EP group is slower for 10-40 steps (``moe_spell``), then
+  the heat moves (a logger writing one step in 40 sees it move every logged step);
 - restarts: at given steps the job resumes on a new allocation (steps reset or continue, every
   rank on a new node); sparse logging: some ranks log one step in ``every``;
 - ``wait_total``: step totals include the collective wait (every rank logs the slowest rank's
@@ -70,6 +71,7 @@ class World:
     t_df: float = 0.0               # 0: Gaussian per-rank noise
     moe_ep: int = 0                 # EP group size (0: dense)
     moe_size: float = 0.10
+    moe_spell: tuple[int, int] = (10, 40)  # logged steps a hot expert stays (1, 1: moves every step)
     checkpoint_every: int = 0
     checkpoint_cost: float = 2.0
     restarts: tuple[int, ...] = ()  # global step indices where a new allocation starts
@@ -108,12 +110,13 @@ def _ar1(rng: np.random.Generator, phi: float, sd: float, steps: int, n: int) ->
 
 
 def _moe(rng: np.random.Generator, w: World, n: int) -> np.ndarray:
-    """A hot expert per EP group: one rank of the group slower for 10-40 steps, then another."""
+    """A hot expert per EP group: one rank of the group slower for ``moe_spell`` logged steps
+    (10-40), then another (with a logging interval longer than a spell, every logged step)."""
     out = np.zeros((w.steps, n))
     for g in range(n // w.moe_ep):
         t = 0
         while t < w.steps:
-            span = int(rng.integers(10, 41))
+            span = int(rng.integers(w.moe_spell[0], w.moe_spell[1] + 1))
             out[t:t + span, g * w.moe_ep + int(rng.integers(w.moe_ep))] = np.log1p(w.moe_size)
             t += span
     return out

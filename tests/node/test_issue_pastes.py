@@ -1,10 +1,12 @@
 """Real captures pasted into public issue threads (tests/data/issue_pastes/README.md): a clean
-clone without ../shared still parses a real ``ibstat`` and a real ``nvidia-smi -q``."""
+clone without ../shared still parses a real ``ibstat``, ``nvidia-smi -q`` and ``topo -m``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from minutiae.analyses.topology.parse.detect import parse_topology
+from minutiae.model.topology import format_cpulist
 from minutiae.node.sources.ib.parse_ibstat import parse_ibstat
 from minutiae.node.sources.nvidia_smi.parse.text import parse_nvidia_smi_text
 
@@ -36,3 +38,12 @@ def test_nvidia_smi_q_gtx1080_driver_396() -> None:
     assert s.value(g, "name") == "GeForce GTX 1080"
     assert s.value(g, "uuid") == "GPU-0200523e-f473-3a45-9b4a-fbbe0e41ccf8"
     assert s.value(g, "vbios_version") == "86.04.60.00.80"
+
+
+def test_nvidia_smi_topo_m_two_gpus_through_a_host_bridge() -> None:
+    path = DATA / "nvidia-smi-topo-m-2x5090-club3090-1229.txt"
+    t = parse_topology(path.read_bytes(), str(path))
+    assert t.source == "nvidia-smi-topo"
+    assert [(g.index, g.numa, format_cpulist(g.cpus), g.nvlink_peers) for g in t.gpus] == [
+        (0, 0, "0-63", ()), (1, 0, "0-63", ())]
+    assert t.nics == ()

@@ -6,6 +6,7 @@ sample times), and keeps per GPU only its last sample time: bounded memory."""
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from minutiae.analyses.slownodes.core import SlowUnknown
@@ -17,45 +18,58 @@ class Gaps:
     def __init__(self, interval: float, min_gap: float) -> None:
         self.interval = interval
         self.min_gap = max(min_gap, 1.5 * interval)
-        self.last = pl.DataFrame(schema={"nid": pl.UInt32, "gpu": pl.Int64, "last": pl.Float64})
+        #: per (node index, GPU) its last sample time so far
+        self.last: dict[tuple[int, int], float] = {}
         self.found: list[tuple[int, int, float, float]] = []
         self.t_min = float("inf")
         self.t_max = float("-inf")
         self.firsts: dict[tuple[int, int], float] = {}
 
     def feed(self, seen: pl.DataFrame) -> None:
-        """``seen``: the chunk's ``nid, gpu, time`` rows (any order, duplicates allowed)."""
+        """``seen``: the chunk's ``nid, gpu, time`` rows (any order, duplicates allowed: a
+        repeated time is a step of 0). One sort by (GPU, time) in numpy; each GPU's first step
+        is from its last time in the chunks before."""
         if seen.height == 0:
             return
-        t = seen.select(pl.col("time").cast(pl.Float64)).get_column("time")
-        self.t_min = min(self.t_min, float(t.min()))  # type: ignore[arg-type]
-        self.t_max = max(self.t_max, float(t.max()))  # type: ignore[arg-type]
-        df = (seen.select("nid", pl.col("gpu").cast(pl.Int64), pl.col("time").cast(pl.Float64))
-              .unique().join(self.last, on=["nid", "gpu"], how="left").sort("nid", "gpu", "time"))
-        for a, b, f in (df.filter(pl.col("last").is_null()).group_by("nid", "gpu")
-                        .agg(pl.col("time").min()).iter_rows()):
-            self.firsts.setdefault((int(a), int(b)), float(f))
-        prev = pl.col("time").shift(1).over(["nid", "gpu"]).fill_null(pl.col("last"))
-        gaps = df.with_columns(prev.alias("prev")).filter(
-            pl.col("time") - pl.col("prev") >= self.min_gap + self.interval)
-        self.found += [(int(a), int(b), float(p) + self.interval, float(c))
-                       for a, b, c, p in gaps.select("nid", "gpu", "time", "prev").iter_rows()]
-        new_last = df.group_by("nid", "gpu").agg(pl.col("time").max().alias("last"))
-        self.last = (pl.concat([self.last, new_last]).group_by("nid", "gpu")
-                     .agg(pl.col("last").max()))
+        nid = seen.get_column("nid").cast(pl.Int64).to_numpy()
+        gpu = seen.get_column("gpu").cast(pl.Int64).to_numpy()
+        t = seen.get_column("time").cast(pl.Float64).to_numpy()
+        self.t_min = min(self.t_min, float(np.nanmin(t)))
+        self.t_max = max(self.t_max, float(np.nanmax(t)))
+        order = np.lexsort((t, gpu, nid))
+        nid, gpu, t = nid[order], gpu[order], t[order]
+        first = np.ones(t.size, dtype=bool)
+        first[1:] = (nid[1:] != nid[:-1]) | (gpu[1:] != gpu[:-1])
+        heads = np.flatnonzero(first)
+        prev = np.empty_like(t)
+        prev[1:] = t[:-1]
+        keys = list(zip(nid[heads].tolist(), gpu[heads].tolist(), strict=True))
+        prev[heads] = [self.last.get(k, np.nan) for k in keys]
+        for k, f in zip(keys, t[heads].tolist(), strict=True):
+            if k not in self.last:
+                self.firsts.setdefault(k, f)
+        with np.errstate(invalid="ignore"):
+            gap = np.flatnonzero(t - prev >= self.min_gap + self.interval)
+        self.found += [(a, b, p + self.interval, c) for a, b, p, c in
+                       zip(nid[gap].tolist(), gpu[gap].tolist(), prev[gap].tolist(), t[gap].tolist(),
+                           strict=True)]
+        for k, v in zip(keys, np.fmax.reduceat(t, heads).tolist(), strict=True):
+            old = self.last.get(k)
+            self.last[k] = v if old is None or not old >= v else old
 
     def result(self, names: list[str], fleet_nodes: list[str]) -> list[SlowUnknown]:
         """Every gap (a GPU's, merged into its node's when all its GPUs share it, leading and
         trailing gaps included) and every fleet node absent from the telemetry."""
         end = self.t_max + self.interval
         raw = list(self.found)
-        for nid, gpu, last in self.last.iter_rows():
+        for (nid, gpu), last in self.last.items():
             if end - (last + self.interval) >= self.min_gap:
-                raw.append((int(nid), int(gpu), float(last) + self.interval, end))
+                raw.append((nid, gpu, last + self.interval, end))
         raw += [(n, g, self.t_min, f) for (n, g), f in self.firsts.items()
                 if f - self.t_min >= self.min_gap]
-        per_node = self.last.group_by("nid").agg(pl.col("gpu").n_unique().alias("n"))
-        n_gpus = dict(per_node.iter_rows())
+        n_gpus: dict[int, int] = {}
+        for nid, _gpu in self.last:
+            n_gpus[nid] = n_gpus.get(nid, 0) + 1
         out: list[SlowUnknown] = []
         by: dict[tuple[int, int, int], set[int]] = {}
         for nid, gpu, a, b in raw:

@@ -34,6 +34,7 @@ from minutiae.analyses.stragglers.floor import (
     DEFAULT_MIN_SLOWDOWN,
     StartOffsets,
     above_floor,
+    before_onset,
     lag1,
     own_offset,
     slowest,
@@ -43,7 +44,7 @@ from minutiae.analyses.stragglers.jobseries import JobSeries, wait_included
 from minutiae.analyses.stragglers.layout import Layout
 from minutiae.analyses.stragglers.locate import RankMeta, locate
 from minutiae.analyses.stragglers.medians import fast_median
-from minutiae.analyses.stragglers.moving import split_moving, still_slow
+from minutiae.analyses.stragglers.moving import level, split_moving, still_slow
 from minutiae.analyses.stragglers.nodes import NodeLayout
 from minutiae.analyses.stragglers.peers import PeerReference
 from minutiae.analyses.stragglers.prep import TimingMatrix, log_times
@@ -341,7 +342,9 @@ class StragglerAnalysis:
         suspects, below = above_floor(suspects, self.options.min_slowdown, warm_end,
                                       self._start_offsets(steps.size),
                                       still_slow(rows, index),
-                                      own_offset(self.warm_offset, self._offset_var(), index))
+                                      own_offset(self.warm_offset, self._offset_var(), index,
+                                                 (*before_onset(self.compute), self.warm_steps)),
+                                      level(rows, index, steps))
         listed = slowest(self.meta, self.compute, comp_share, n,
                          {r for s in suspects for r in s.ranks}, self.rho)
         stopped = []

@@ -44,6 +44,31 @@ def still_slow(rows: np.ndarray, index: dict[int, int]) -> Callable[[Suspect], f
     return lambda s: _now(_ratios(rows, s, index))
 
 
+#: tested steps since its onset a GPU's median level needs (fewer: no robust level)
+LEVEL_STEPS = 10
+
+
+def level(rows: np.ndarray, index: dict[int, int], steps: np.ndarray,
+          ) -> Callable[[Suspect], float]:
+    """A GPU suspect's robust level: the median over its ranks of each rank's median log-ratio
+    over its tested steps since its onset (the last ``rows``, at most ``detect.RECENT``); NaN
+    for a node (its ranks' ratios may be taken within the node, which a node's slowdown does
+    not move) or with fewer than ``LEVEL_STEPS`` steps. A hot expert that takes its turn on
+    each rank of its expert-parallel group (every logged step at the simulator's cadence) is
+    +12 % on an eighth of a rank's steps: +1.5 % on its mean, next to nothing on its median;
+    a hardware slowdown moves both alike."""
+    def of(s: Suspect) -> float:
+        if s.scope is not Scope.GPU:
+            return float("nan")
+        since = int(steps.size - np.searchsorted(steps, s.since_step))
+        sub = _ratios(rows, s, index)[-min(max(since, 1), rows.shape[0]):]
+        ok = np.isfinite(sub).sum(axis=0) >= LEVEL_STEPS
+        if not ok.any():
+            return float("nan")
+        return float(np.median(np.nanmedian(sub[:, ok], axis=0)))
+    return of
+
+
 def _now(rows: np.ndarray) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
