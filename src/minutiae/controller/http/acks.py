@@ -9,6 +9,7 @@ itself, in the request: slower, the same guarantee."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 
 from minutiae.controller.commit import Committer
@@ -31,6 +32,11 @@ class Acks:
         self._futs: dict[int, list[asyncio.Future[str | None]]] = {}
         self._through = -1
         self._failed: OrderedDict[int, str] = OrderedDict()
+        #: when each waiting request registered (perf_counter), beside ``_futs``
+        self._since: dict[int, list[float]] = {}
+        #: when each recent take was settled on the loop (a request's ``resume`` part)
+        self.settled: OrderedDict[int, float] = OrderedDict()
+        self.parts = committer.parts
         committer.listeners.append(self._done)
 
     def bind(self, loop: asyncio.AbstractEventLoop | None) -> None:
@@ -39,12 +45,32 @@ class Acks:
 
     def _done(self, ticket: int, err: str | None) -> None:
         loop = self.loop
+        when = self.committer.last
         if loop is None:
-            self._settle(ticket, err)
+            self._settle(ticket, err, when)
         else:
-            loop.call_soon_threadsafe(self._settle, ticket, err)
+            loop.call_soon_threadsafe(self._settle, ticket, err, when)
 
-    def _settle(self, ticket: int, err: str | None) -> None:
+    def _parts(self, ticket: int, when: tuple[float, float, float, float]) -> None:
+        """Each settled request's queue / linger / write / handoff parts (latency)."""
+        now = time.perf_counter()
+        t_take, linger, w0, w1 = when
+        self.settled[ticket] = now
+        while len(self.settled) > _KEEP_FAILED:
+            self.settled.popitem(last=False)
+        add = self.parts.add
+        for t in [t for t in self._since if t <= ticket]:
+            for a in self._since.pop(t):
+                before = max(t_take - a, 0.0)
+                mine = min(before, linger)
+                add("queue", before - mine)
+                add("linger", mine)
+                add("write", w1 - t_take)
+                add("handoff", now - w1)
+
+    def _settle(self, ticket: int, err: str | None,
+                when: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)) -> None:
+        self._parts(ticket, when)
         self._through = max(self._through, ticket)
         if err is not None:
             self._failed[ticket] = err
@@ -73,6 +99,7 @@ class Acks:
             loop.call_later(self.timeout_s, self._expire, ticket)
             self.committer.wake.set()
         waiting.append(fut)
+        self._since.setdefault(ticket, []).append(time.perf_counter())
         return fut
 
     def error(self, ticket: int) -> str | None:
@@ -86,7 +113,21 @@ class Acks:
         if err is not None:
             raise not_stored(err)
 
+    def note(self, ticket: int | None, t0: float, t1: float) -> None:
+        """A request's own parts (latency): with ``ticket``, it runs again once stored
+        (``resume``); without, its answer was sent (``send`` from ``t1``, ``server`` from
+        ``t0``, when its body was read)."""
+        now = time.perf_counter()
+        if ticket is not None:
+            at = self.settled.get(ticket)
+            if at is not None:
+                self.parts.add("resume", now - at)
+        else:
+            self.parts.add("send", now - t1)
+            self.parts.add("server", now - t0)
+
     def _expire(self, ticket: int) -> None:
+        self._since.pop(ticket, None)
         for fut in self._futs.pop(ticket, ()):
             if not fut.done():
                 fut.set_result(f"not stored within {self.timeout_s:g} s; the report is kept "

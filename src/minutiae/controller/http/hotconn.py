@@ -179,11 +179,13 @@ class HotProtocol(HttpToolsProtocol):
         if fut is None:
             self._done(c, code, out, t0)
         else:
-            fut.add_done_callback(functools.partial(self._stored, c, code, out, t0))
+            fut.add_done_callback(functools.partial(self._stored, c, code, out, t0, ticket))
 
-    def _stored(self, c: HotCycle, code: int, out: Any, t0: float,
+    def _stored(self, c: HotCycle, code: int, out: Any, t0: float, ticket: int | None,
                 fut: asyncio.Future[str | None]) -> None:
         err = "the request was cancelled" if fut.cancelled() else fut.result()
+        if self._fast is not None and ticket is not None:   # latency: settled -> here
+            self._fast.acks.note(ticket, t0, 0.0)
         if err is not None:
             self._refuse(c, 503, str(not_stored(err)), "StoreError")
         else:
@@ -192,7 +194,10 @@ class HotProtocol(HttpToolsProtocol):
     def _done(self, c: HotCycle, code: int, out: Any, t0: float) -> None:
         if c.hot.done is not None:
             c.hot.done(t0)
+        t1 = time.perf_counter()
         self._answer(c, code, out)
+        if self._fast is not None:
+            self._fast.acks.note(None, t0, t1)
 
     def _late(self, c: HotCycle) -> None:
         """The body did not arrive in time: ``408`` and the connection is closed."""

@@ -62,6 +62,7 @@ def lifespan_for(controller: Controller, loop_interval: float | None, acks: Acks
         w = threading.Thread(target=controller.committer.run, args=(stop,),
                              name="minutiae-report-writer", daemon=True)
         acks.bind(asyncio.get_running_loop())
+        controller.committer.parts.watch_gc()   # GC pauses beside the latency parts
         w.start()
         if loop_interval is not None:
             controller.retry_pending()
