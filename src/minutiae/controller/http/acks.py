@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Protocol
 
 from minutiae.controller.commit import Committer
 from minutiae.errors import StoreError
@@ -29,7 +31,7 @@ class Acks:
         self.loop: asyncio.AbstractEventLoop | None = None
         #: ticket → the futures of the requests waiting for it (one each: a request that is
         #: cancelled cancels only its own)
-        self._futs: dict[int, list[asyncio.Future[str | None]]] = {}
+        self._futs: dict[int, list[_Waiter]] = {}
         self._through = -1
         self._failed: OrderedDict[int, str] = OrderedDict()
         #: when each waiting request registered (perf_counter), beside ``_futs``
@@ -92,7 +94,22 @@ class Acks:
         if ticket <= self._through:
             return None
         loop = self.loop or asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut: asyncio.Future[str | None] = loop.create_future()
+        self._wait(ticket, fut, loop)
+        return fut
+
+    def on_stored(self, ticket: int, call: Callable[[str | None], None]) -> bool:
+        """Like :meth:`pending`, for a protocol callback on the loop: ``call(error or
+        None)`` runs as the take ``ticket`` settles (or expires); False when it is already
+        settled (:meth:`error` says how) and ``call`` will not run."""
+        if self.loop is None:
+            self.committer.commit()
+        if ticket <= self._through:
+            return False
+        self._wait(ticket, _Call(call), self.loop or asyncio.get_running_loop())
+        return True
+
+    def _wait(self, ticket: int, fut: _Waiter, loop: asyncio.AbstractEventLoop) -> None:
         waiting = self._futs.get(ticket)
         if waiting is None:
             waiting = self._futs[ticket] = []
@@ -100,7 +117,6 @@ class Acks:
             self.committer.wake.set()
         waiting.append(fut)
         self._since.setdefault(ticket, []).append(time.perf_counter())
-        return fut
 
     def error(self, ticket: int) -> str | None:
         """Why the settled take ``ticket`` was not stored (None: it was)."""
@@ -132,6 +148,31 @@ class Acks:
             if not fut.done():
                 fut.set_result(f"not stored within {self.timeout_s:g} s; the report is kept "
                                "in memory")
+
+
+class _Waiter(Protocol):
+    def done(self) -> bool: ...
+
+    def set_result(self, result: str | None, /) -> None: ...
+
+
+class _Call:
+    """A waiter whose callback runs as its take settles, in the same loop callback (a
+    future's done-callbacks wait one more turn of the loop, behind every request read
+    meanwhile: the ``resume`` part of the latency, tens of ms at its p99 on a busy core)."""
+
+    __slots__ = ("call", "fired")
+
+    def __init__(self, call: Callable[[str | None], None]) -> None:
+        self.call = call
+        self.fired = False
+
+    def done(self) -> bool:
+        return self.fired
+
+    def set_result(self, result: str | None, /) -> None:
+        self.fired = True
+        self.call(result)
 
 
 def not_stored(err: str) -> StoreError:
