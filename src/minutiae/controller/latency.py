@@ -1,7 +1,7 @@
 """Where a report's latency goes (issue 17: the p99, not the mean): bounded samples of each
 part of an acknowledged report's time in the replica, and of the pauses that stop every
 request at once (the cyclic GC's collections: ``gc2`` the full ones, ``gc`` the
-others; the reconcile step, leader only, wall time on its own thread).
+others; the reconcile thread's steps, wall time).
 
 Parts of one report, in order (seconds): ``queue`` (waiting for the writer while it stored
 an earlier take), ``linger`` (the writer's deliberate wait, ``commit.LINGER_S``), ``write``

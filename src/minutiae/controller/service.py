@@ -263,10 +263,8 @@ class Controller:
             self.counters.holds += sum(1 for d in plan.decisions if d.action is Verb.HOLD and d.new)
         self._tell(plan)
         self.last_step = now
-        took = self.clock.monotonic() - t0
         with self._lock:
-            self.counters.step_s.append(took)
-        self.committer.parts.add("step", took)
+            self.counters.step_s.append(self.clock.monotonic() - t0)
         return plan
 
     def _tell(self, plan: Plan) -> None:

@@ -33,8 +33,10 @@ def run_loop(controller: Controller, loop_interval: float, stop: threading.Event
         if rest > 0:
             stop.wait(rest)
         controller.wake.clear()
+        t1 = time.perf_counter()
         try:
             controller.step()
+            controller.committer.parts.add("step", time.perf_counter() - t1)
         except Exception as exc:  # keep the loop alive; say what failed
             controller.problem(f"reconcile step failed: {type(exc).__name__}: {exc}")
         # The fleet's long-lived objects (20,000 reports and views) leave the cyclic GC's
