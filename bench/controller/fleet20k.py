@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loadgen import TOKEN, _loop, pct, pg_backends, pin, raw_load, thread_cpu  # noqa: E402
+from loadgen import TOKEN, _loop, pct, pg_backends, pin, print_parts, raw_load, thread_cpu  # noqa: E402
 from run import report  # noqa: E402
 
 from minutiae.controller.store import open_store  # noqa: E402
@@ -335,18 +335,6 @@ def main() -> None:
     ratios(res)
     project(res.get("pg"))
 
-
-def print_parts(label: str, k: int, kind: str, med: dict[str, float]) -> None:
-    """Where the measured replica's report latency went (its ``/v1/status`` latency parts,
-    medians over the runs): p50 / p99 / max ms of each part."""
-    names = [n for n in ("queue", "linger", "write", "handoff", "resume", "send", "server",
-                         "gc", "gc2", "step") if f"part/{n}/p50" in med]
-    if names:
-        print(f"{label:<24} replica {k} {kind:<12} parts p50/p99/max ms: " + "; ".join(
-            f"{n} {med[f'part/{n}/p50']:.1f}/{med[f'part/{n}/p99']:.1f}/"
-            f"{med[f'part/{n}/max']:.1f}" + (f" (x{med[f'part/{n}/n']:.0f})"
-                                             if n in ("gc", "gc2", "step") else "")
-            for n in names), flush=True)
 
 
 #: NVSentinel's scale target (issue 17): 100,000 nodes, a heartbeat per node every 10 s and
