@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loadgen import TOKEN, _loop, pct, pg_backends, pin, raw_load, thread_cpu  # noqa: E402
+from loadgen import TOKEN, _loop, pct, pg_backends, pin, print_parts, raw_load, thread_cpu  # noqa: E402
 from run import report  # noqa: E402
 
 from minutiae.controller.store import open_store  # noqa: E402
@@ -144,7 +144,11 @@ def measure(reps: list[ServeProcess], bodies: list[list[bytes]], k: int, rate: f
         spy.wait(60)
     b1, pg1 = busy()
     t1 = thread_cpu(reps[k].proc.pid)  # type: ignore[union-attr]
-    s1 = counters(reps[k])["counters"]
+    st1 = counters(reps[k])
+    s1 = st1["counters"]
+    parts = {f"part/{n}/{m}": v[f"{m}_ms"] for n, v in st1.get("latency", {}).items()
+             for m in ("p50", "p99", "max")}
+    parts.update({f"part/{n}/n": v["n"] for n, v in st1.get("latency", {}).items()})
     d = {m: s1.get(m, 0) - s0.get(m, 0) for m in ("store_writes", "reports_stored",
                                                   "store_write_s", "store_write_cpu_s")}
     writes = max(d["store_writes"], 1)
@@ -155,7 +159,7 @@ def measure(reps: list[ServeProcess], bodies: list[list[bytes]], k: int, rate: f
             "write_ms": 1e3 * d["store_write_s"] / writes,
             "write_cpu_ms": 1e3 * d["store_write_cpu_s"] / writes,
             "own": (b1[cpu] - b0[cpu]) / wall, "shared": (b1[1 - cpu] - b0[1 - cpu]) / wall,
-            "pg": (pg1 - pg0) / wall, "total": sum(x[0] for x in got)}
+            "pg": (pg1 - pg0) / wall, "total": sum(x[0] for x in got), **parts}
 
 
 def run(label: str, store_args: list[list[str]], nodes: int, a: argparse.Namespace,
@@ -197,7 +201,8 @@ def run(label: str, store_args: list[list[str]], nodes: int, a: argparse.Namespa
                                a.conns, a.cpu if a.pin else 0)
                        for i in range(a.runs)]
                 loads.append(os.getloadavg()[0])
-                med = {m: statistics.median(r[m] for r in res) for m in res[0]}
+                med = {m: statistics.median(r.get(m, 0.0) for r in res)
+                       for m in set().union(*res)}
                 runs = ", ".join(f"{1e3 * r['p99']:.0f}" for r in res)
                 print(f"{label:<24} replica {k} {kind:<12} {med['rate']:6.0f} reports/s "
                       f"({1e6 * med['cpu'] / max(med['rate'], 1.0):.0f} us CPU each)  p50 "
@@ -209,6 +214,7 @@ def run(label: str, store_args: list[list[str]], nodes: int, a: argparse.Namespa
                       f"ms wall ({med['write_cpu_ms']:.2f} ms CPU); CPU busy: its own "
                       f"{med['own']:.2f}, the shared one {med['shared']:.2f}; PostgreSQL "
                       f"{med['pg']:.2f} CPU s/s", flush=True)
+                print_parts(label, k, kind, med)
                 out[f"{kind}/{k}/rate"] = med["rate"]
                 out[f"{kind}/{k}/p99"] = med["p99"]
                 out[f"{kind}/{k}/cpu_per"] = med["cpu"] / max(med["rate"], 1.0)
@@ -328,6 +334,7 @@ def main() -> None:
                                 nodes, a, tmp, src=a.before)
     ratios(res)
     project(res.get("pg"))
+
 
 
 #: NVSentinel's scale target (issue 17): 100,000 nodes, a heartbeat per node every 10 s and

@@ -141,3 +141,16 @@ def thread_cpu(pid: int) -> tuple[float, float]:
         else:
             other += t.user_time + t.system_time
     return main, other
+
+
+def print_parts(label: str, k: int, kind: str, med: dict[str, float]) -> None:
+    """Where the measured replica's report latency went (its ``/v1/status`` latency parts,
+    medians over the runs): p50 / p99 / max ms of each part."""
+    names = [n for n in ("queue", "linger", "write", "handoff", "resume", "send", "server",
+                         "gc", "gc2", "step") if f"part/{n}/p50" in med]
+    if names:
+        print(f"{label:<24} replica {k} {kind:<12} parts p50/p99/max ms: " + "; ".join(
+            f"{n} {med[f'part/{n}/p50']:.1f}/{med[f'part/{n}/p99']:.1f}/"
+            f"{med[f'part/{n}/max']:.1f}" + (f" (x{med[f'part/{n}/n']:.0f})"
+                                             if n in ("gc", "gc2", "step") else "")
+            for n in names), flush=True)

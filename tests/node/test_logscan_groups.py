@@ -245,3 +245,17 @@ def test_a_repeated_message_group_carries_count_first_last_and_example() -> None
         assert (g.first_line_no, g.last_line_no) == (1, 2 * len(stamps) - 1)
         assert g.example == lines[0]
         assert g.rule == "peermem-invalid-context"
+
+
+def test_a_repeated_xid_message_still_moves_its_gpus_last_xid() -> None:
+    """The grouped scan remembers an Xid message's verdict, not the time of the GPU's last Xid:
+    Xid 45 ten minutes after an Xid 13 line but one minute after its repeat follows it."""
+    xid13 = "NVRM: Xid (PCI:0000:9b:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp"
+    xid45 = "NVRM: Xid (PCI:0000:9b:00): 45, pid='<unknown>', name=<unknown>, Ch 00000010"
+    lines = [f"kern  :warn  : 2025-01-17T07:{m:02d}:00,000000+00:00 {msg}"
+             for m, msg in ((0, xid13), (10, xid13), (11, xid45), (30, xid45))]
+    agg = _assert_same(("\n".join(lines) + "\n").encode())
+    by_code = {g.code: g for g in agg.groups()}
+    assert by_code[13].count == 2
+    assert by_code[45].count == 2 and by_code[45].message.endswith(": follows Xid 13")
+    assert by_code[45].last_line_no == 4  # the second Xid 45 (solo) is in the group too

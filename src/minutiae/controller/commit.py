@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 from minutiae.controller.intake import Intake
+from minutiae.controller.latency import Parts
 from minutiae.controller.store.base import ControllerStore
 from minutiae.errors import MinutiaeError
 
@@ -58,15 +59,23 @@ class Committer:
         #: tells a write waiting on the store from one waiting for the GIL or a core)
         self.write_s = 0.0
         self.write_cpu_s = 0.0
+        #: where each report's latency goes (``minutiae.controller.latency``)
+        self.parts = Parts()
+        #: the last take's (start, linger before it, write start, write end), perf_counter
+        #: seconds, set before the listeners are told
+        self.last = (0.0, 0.0, 0.0, 0.0)
+        self._linger = 0.0
 
     def commit(self) -> None:
         """Store what the intake holds (one transaction) and tell the listeners."""
         with self._lock:
+            t_take = time.perf_counter()
             take = self.intake.take_rows()
             err = None
             n = len(take.rows) + len(take.beats)
+            w0 = time.perf_counter()
             if n:
-                w0, c0 = time.perf_counter(), time.thread_time()
+                c0 = time.thread_time()
                 try:
                     self.store.save_reports(take.rows, take.beats, wake=take.wake)
                     self.rows += n
@@ -79,6 +88,7 @@ class Committer:
                         f"{type(exc).__name__}: {exc}"
                     self.intake.give_back(take)
             self._say(err, n)
+            self.last = (t_take, self._linger, w0, time.perf_counter())
             for tell in self.listeners:
                 tell(take.ticket, err)
 
@@ -105,8 +115,11 @@ class Committer:
             if rest > 0:
                 stop.wait(rest)
             last = time.monotonic()
+            self._linger = max(rest, 0.0)
             try:
                 self.commit()
             except Exception as exc:  # keep the writer alive; say what failed
                 self.problem(f"report writer failed: {type(exc).__name__}: {exc}")
                 stop.wait(0.5)
+            finally:
+                self._linger = 0.0

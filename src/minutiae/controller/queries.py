@@ -165,6 +165,8 @@ def status(ctl: Controller, rows: list[dict[str, Any]] | None = None,
     out["identity"] = ctl.owner
     # dry-run: what minutiae would have drained, beside the scheduler's own word above
     out["would_be_drained"] = counted.get("would_be_drained", 0)
+    # where a report's latency goes since the last status read (issue 17)
+    out["latency"] = ctl.committer.parts.take()
     out["retrying"] = ctl.retries.to_json()
     out.update(ctl.leadership.status().to_json())
     return out

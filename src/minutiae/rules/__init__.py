@@ -8,8 +8,15 @@ from minutiae.rules.counters.load import counter_rules, load_rules
 from minutiae.rules.counters.model import Context, CounterRule, Verdict, context, evaluate, judge
 from minutiae.rules.engine.engine import Engine
 from minutiae.rules.engine.rules import EngineRule, shipped_engine_rules
-from minutiae.rules.log_findings import LogFindingMapper, findings_from_events, nagios_status
-from minutiae.rules.logs import LogRule, kernel_log_rules, load_log_rules, sxid_catalog, xid_catalog
+from minutiae.rules.log_findings import LogFindingMapper, findings_from_events
+from minutiae.rules.logs import (
+    LogRule,
+    kernel_log_rules,
+    load_log_rules,
+    nagios_status,
+    sxid_catalog,
+    xid_catalog,
+)
 
 __all__ = [
     "Context",

@@ -27,14 +27,8 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from minutiae.model.findings import Finding, LogEvent, Scalar
-from minutiae.model.vocab import Action, Severity, Status
-from minutiae.rules.logs import (
-    CodeCatalog,
-    LogRule,
-    kernel_log_rules,
-    sxid_catalog,
-    xid_catalog,
-)
+from minutiae.model.vocab import Action, Severity
+from minutiae.rules.logs import CodeCatalog, LogRule, kernel_log_rules, sxid_catalog, xid_catalog
 
 FOLLOW_WINDOW_S = 300.0
 _CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
@@ -109,6 +103,8 @@ class LogFindingMapper:
         self.sxid = sxid or sxid_catalog()
         self._last_xid: dict[str | None, tuple[int, Severity, Action, float | None]] = {}
         self._memo: dict[tuple[Any, ...], tuple[str, str | None]] = {}
+        #: a catalog rule's message → its plan and the Xid it leaves as the GPU's last (if any)
+        self._plans: dict[tuple[Any, ...], tuple[GroupPlan, tuple[Any, ...] | None]] = {}
 
     def finding(self, ev: LogEvent) -> Finding:
         rule = self.rules.get(str(ev.attrs.get("rule", "")))
@@ -139,10 +135,21 @@ class LogFindingMapper:
             return GroupPlan((kind, code, pci or component, rule.id), rule.severity, rule.action,
                              text, name if isinstance(name, str) else None)
         t = time.timestamp() if time is not None else None
+        key = (rule.id if rule else None, kind, message, code, pci)
+        if (known := self._plans.get(key)) is not None:  # judged before: only the Xid state
+            if known[1] is not None:  # is per line (the GPU's last Xid, at this line's time)
+                self._last_xid[pci] = (*known[1], t)
+            return known[0]
         severity, action, text, attrs = self._judge(rule, kind, message, code, pci, ev_attrs, t)
         name = attrs.get("name")
-        return GroupPlan((kind, code, pci or _component(rule, pci), rule.id if rule else None),
+        plan = GroupPlan((kind, code, pci or _component(rule, pci), rule.id if rule else None),
                          severity, action, text, name if isinstance(name, str) else None)
+        if "follows" not in attrs and "solo" not in attrs:  # (Xid 45: by the Xid before it)
+            if len(self._plans) >= 4096:
+                self._plans.clear()
+            xid = rule is not None and rule.catalog == "xid" and "unknown_code" not in attrs
+            self._plans[key] = plan, (code, severity, action) if xid and code is not None else None
+        return plan
 
     def _judge(self, rule: LogRule | None, kind: str, message: str, code: int | None,
                pci: str | None, ev_attrs: Mapping[str, Scalar],
@@ -230,10 +237,9 @@ class LogFindingMapper:
                 return severity, action, template + f": follows Xid {prev_code}"
             attrs["solo"] = True
             template += " (solo: NVIDIA's WORKFLOW_XID_45 says restart Fabric Manager)"
-        if entry.app_caused and action.drains:
-            action = Action.RESTART_APP
-        if entry.app_caused:
+        if entry.app_caused:  # never more than restart_app on its own
             attrs["app_caused"] = True
+            action = Action.RESTART_APP if action.drains else action
         if not entry.follows_previous and code is not None:
             self._last_xid[pci] = (code, severity, action, t)
         return severity, action, template
@@ -264,15 +270,6 @@ def findings_from_events(events: Iterable[LogEvent], *,
     mapper = LogFindingMapper(rules)
     for ev in events:
         yield mapper.finding(ev)
-
-
-def nagios_status(findings: Iterable[Finding]) -> Status:
-    """Exit status by the worst finding: none/info → OK, warning → WARNING, error/critical →
-    CRITICAL."""
-    worst = max((f.severity for f in findings), default=Severity.INFO)
-    if worst >= Severity.ERROR:
-        return Status.CRITICAL
-    return Status.WARNING if worst is Severity.WARNING else Status.OK
 
 
 @dataclass(frozen=True, slots=True)

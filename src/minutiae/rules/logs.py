@@ -15,15 +15,15 @@ naming the catalog and the rule. Reading package data is the only I/O here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from minutiae.errors import ConfigError, InputError
-from minutiae.model.findings import Scalar
-from minutiae.model.vocab import LOG_KINDS, Action, Severity
+from minutiae.model.findings import Finding, Scalar
+from minutiae.model.vocab import LOG_KINDS, Action, Severity, Status
 from minutiae.rules.tables import rule_tables
 
 PACKAGE = "minutiae.rules"
@@ -339,3 +339,12 @@ def catalog_text(name: str) -> str:
     """The text of a shipped catalog file (for tests and ``--show-rules``): package data, a
     plain file beside this module (``importlib.resources`` would cost every start ~10 ms)."""
     return (Path(__file__).with_name(DATA_DIR) / name).read_text(encoding="utf-8")
+
+
+def nagios_status(findings: Iterable[Finding]) -> Status:
+    """Exit status by the worst finding: none/info → OK, warning → WARNING, error/critical →
+    CRITICAL."""
+    worst = max((f.severity for f in findings), default=Severity.INFO)
+    if worst >= Severity.ERROR:
+        return Status.CRITICAL
+    return Status.WARNING if worst is Severity.WARNING else Status.OK

@@ -53,9 +53,13 @@ class Acks(Protocol):
 
     def pending(self, ticket: int) -> asyncio.Future[str | None] | None: ...
 
+    def on_stored(self, ticket: int, call: Callable[[str | None], None]) -> bool: ...
+
     def error(self, ticket: int) -> str | None: ...
 
     async def stored(self, ticket: int) -> None: ...
+
+    def note(self, ticket: int | None, t0: float, t1: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +155,7 @@ class FastPath:
             return
         try:
             body = await self._body(receive)
+            t0 = time.perf_counter()
             code, out = await self.run(handler, body, node)
         except _Refused as exc:
             self.refused(exc.label)
@@ -162,7 +167,9 @@ class FastPath:
             self.refused(type(exc).__name__)
             await _answer(send, status_for(exc), {"detail": str(exc)})
             return
+        t1 = time.perf_counter()
         await _answer(send, code, out)
+        self.acks.note(None, t0, t1)
 
     def authorize(self, auth: bytes) -> tuple[bool, str | None]:
         """(whether the ``Authorization`` value may post here, the node a per-node agent
@@ -185,6 +192,7 @@ class FastPath:
         code, out, ticket = self.start(hot, body, node)
         if ticket is not None:
             await self.acks.stored(ticket)
+            self.acks.note(ticket, t0, 0.0)
         if hot.done is not None:
             hot.done(t0)
         return code, out

@@ -18,8 +18,8 @@ the parser's callbacks:
   ``body_timeout`` seconds — a timer armed only when a body does not arrive in the same read
   as its headers —, ``422``/``409``/``403``/``503`` from the handler;
 - ``Expect: 100-continue`` is answered before the body is read;
-- acknowledge after store: the answer is written from the store take's future
-  (``Acks.pending``), in order: while it is pending, a :class:`HotCycle` stands as uvicorn's
+- acknowledge after store: the answer is written as the store take settles
+  (``Acks.on_stored``: in the same loop callback, no extra turn of the loop), in order: while it is pending, a :class:`HotCycle` stands as uvicorn's
   current request cycle, so a request pipelined behind it waits in uvicorn's queue.
 """
 
@@ -165,8 +165,9 @@ class HotProtocol(HttpToolsProtocol):
         t0 = time.perf_counter()
         try:
             code, out, ticket = fast.start(c.hot, body, c.node)
-            fut = None if ticket is None else fast.acks.pending(ticket)
-            err = fast.acks.error(ticket) if ticket is not None and fut is None else None
+            waits = ticket is not None and fast.acks.on_stored(
+                ticket, functools.partial(self._stored, c, code, out, t0, ticket))
+            err = fast.acks.error(ticket) if ticket is not None and not waits else None
             if err is not None:
                 raise not_stored(err)
         except MinutiaeError as exc:
@@ -176,14 +177,13 @@ class HotProtocol(HttpToolsProtocol):
             self.logger.exception("Exception in the ingest hot path")
             self._answer(c, 500, {"detail": "Internal Server Error"})
             return
-        if fut is None:
+        if not waits:
             self._done(c, code, out, t0)
-        else:
-            fut.add_done_callback(functools.partial(self._stored, c, code, out, t0))
 
-    def _stored(self, c: HotCycle, code: int, out: Any, t0: float,
-                fut: asyncio.Future[str | None]) -> None:
-        err = "the request was cancelled" if fut.cancelled() else fut.result()
+    def _stored(self, c: HotCycle, code: int, out: Any, t0: float, ticket: int | None,
+                err: str | None) -> None:
+        if self._fast is not None and ticket is not None:   # latency: settled -> here
+            self._fast.acks.note(ticket, t0, 0.0)
         if err is not None:
             self._refuse(c, 503, str(not_stored(err)), "StoreError")
         else:
@@ -192,7 +192,10 @@ class HotProtocol(HttpToolsProtocol):
     def _done(self, c: HotCycle, code: int, out: Any, t0: float) -> None:
         if c.hot.done is not None:
             c.hot.done(t0)
+        t1 = time.perf_counter()
         self._answer(c, code, out)
+        if self._fast is not None:
+            self._fast.acks.note(None, t0, t1)
 
     def _late(self, c: HotCycle) -> None:
         """The body did not arrive in time: ``408`` and the connection is closed."""

@@ -33,8 +33,10 @@ def run_loop(controller: Controller, loop_interval: float, stop: threading.Event
         if rest > 0:
             stop.wait(rest)
         controller.wake.clear()
+        t1 = time.perf_counter()
         try:
             controller.step()
+            controller.committer.parts.add("step", time.perf_counter() - t1)
         except Exception as exc:  # keep the loop alive; say what failed
             controller.problem(f"reconcile step failed: {type(exc).__name__}: {exc}")
         # The fleet's long-lived objects (20,000 reports and views) leave the cyclic GC's
@@ -62,6 +64,7 @@ def lifespan_for(controller: Controller, loop_interval: float | None, acks: Acks
         w = threading.Thread(target=controller.committer.run, args=(stop,),
                              name="minutiae-report-writer", daemon=True)
         acks.bind(asyncio.get_running_loop())
+        controller.committer.parts.watch_gc()   # GC pauses beside the latency parts
         w.start()
         if loop_interval is not None:
             controller.retry_pending()

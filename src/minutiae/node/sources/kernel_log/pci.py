@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 __all__ = ["PCI_ANY", "normalize_pci"]
 
@@ -18,6 +19,12 @@ def normalize_pci(text: str | None) -> str | None:
     """``PCI:0000:44:00`` / ``00000000:44:00.0`` / ``44:00.0`` → ``0000:44:00.0``; else None."""
     if not text:
         return None
+    # a log names a few devices in thousands of new messages; only short texts are remembered
+    return _normalized(text) if len(text) <= 64 else _normalized.__wrapped__(text)
+
+
+@lru_cache(maxsize=1024)
+def _normalized(text: str) -> str | None:
     s = text.strip()
     m = _PCI_FULL.fullmatch(s)
     if m:
