@@ -337,8 +337,10 @@ class StragglerAnalysis:
         suspects, workload = split_moving(suspects, rows, index, steps,
                                           self.options.min_slowdown, self.compute.recovery.low)
         suspects = self._own_history(suspects)
-        # the warm-up's last step number (a log keeping one step in N numbers them N apart)
-        warm_end = int(steps[min(self.options.warmup, steps.size) - 1]) if steps.size else first
+        # an onset before the steps after the warm-up outnumber it is judged as present from the
+        # start: its offset is known from the warm-up alone (``own_offset``), which cannot tell
+        # an onset from a persistent offset (a log keeping one step in N numbers them N apart)
+        warm_end = int(steps[min(2 * self.options.warmup, steps.size) - 1]) if steps.size else first
         suspects, below = above_floor(suspects, self.options.min_slowdown, warm_end,
                                       self._start_offsets(steps.size),
                                       still_slow(rows, index),
