@@ -46,6 +46,8 @@ _JSON = [(b"content-type", b"application/json")]
 #: seconds a request body may take to arrive (a client that sends headers, then stalls)
 BODY_TIMEOUT = 10.0
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+#: the answer to a wrong or missing token (the ASGI path and ``hotconn`` say the same)
+BAD_TOKEN = "missing or invalid bearer token"
 
 
 class Acks(Protocol):
@@ -141,7 +143,7 @@ class FastPath:
                 auth = v
         if length > self.max_body:
             self.refused("too_large")
-            await _answer(send, 413, {"detail": f"body over {self.max_body} bytes"})
+            await _answer(send, 413, {"detail": self.too_large()})
             return
         handler = self.handlers.get(scope["path"]) if scope["method"] == "POST" else None
         if handler is None:
@@ -150,7 +152,7 @@ class FastPath:
         allowed, node = self.authorize(auth)
         if not allowed:
             self.refused("token")
-            await _answer(send, 401, {"detail": "missing or invalid bearer token"},
+            await _answer(send, 401, {"detail": BAD_TOKEN},
                           [(b"www-authenticate", b"Bearer")])
             return
         try:
@@ -170,6 +172,10 @@ class FastPath:
         t1 = time.perf_counter()
         await _answer(send, code, out)
         self.acks.note(None, t0, t1)
+
+    def too_large(self) -> str:
+        """The answer to a body over ``max_body`` (the ASGI path and ``hotconn`` say the same)."""
+        return f"body over {self.max_body} bytes"
 
     def authorize(self, auth: bytes) -> tuple[bool, str | None]:
         """(whether the ``Authorization`` value may post here, the node a per-node agent
@@ -241,7 +247,7 @@ class FastPath:
                     part = msg.get("body", b"")
                     size += len(part)
                     if size > self.max_body:
-                        raise _Refused(413, f"body over {self.max_body} bytes", "too_large")
+                        raise _Refused(413, self.too_large(), "too_large")
                     chunks.append(part)
                     more = msg.get("more_body", False)
         except TimeoutError:

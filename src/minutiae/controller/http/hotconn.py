@@ -34,7 +34,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from minutiae.controller.http.acks import not_stored
-from minutiae.controller.http.fastpath import FastPath, Hot, encoded, status_for
+from minutiae.controller.http.fastpath import BAD_TOKEN, FastPath, Hot, encoded, status_for
 from minutiae.errors import MinutiaeError
 
 __all__ = ["HotCycle", "HotProtocol"]
@@ -111,7 +111,7 @@ class HotProtocol(HttpToolsProtocol):
         assert fast is not None
         if c.size > fast.max_body:
             c.chunks = []
-            self._refuse(c, 413, f"body over {fast.max_body} bytes", "too_large")
+            self._refuse(c, 413, fast.too_large(), "too_large")
             return
         c.chunks.append(body)
 
@@ -150,11 +150,11 @@ class HotProtocol(HttpToolsProtocol):
         self._hot = c
         allowed = False
         if length > fast.max_body:
-            self._refuse(c, 413, f"body over {fast.max_body} bytes", "too_large")
+            self._refuse(c, 413, fast.too_large(), "too_large")
         else:
             allowed, c.node = fast.authorize(auth)
             if not allowed:
-                self._refuse(c, 401, "missing or invalid bearer token", "token", _UNAUTHORIZED)
+                self._refuse(c, 401, BAD_TOKEN, "token", _UNAUTHORIZED)
         if allowed and self.expect_100_continue:
             self.transport.write(_CONTINUE)
         return True
