@@ -45,7 +45,8 @@ PATHS: dict[str, tuple[str, ...]] = {
     "remap_failure": ("remapped_rows/remapped_row_failure",),
     "retired_pages_sbe": ("retired_pages/multiple_single_bit_retirement/retired_count",),
     "retired_pages_dbe": ("retired_pages/double_bit_retirement/retired_count",),
-    "retired_pages_pending": ("retired_pages/pending_retirement",),
+    # older drivers (e.g. 430 on Kepler) write only <pending_blacklist>, as -q writes "Pending Page Blacklist"
+    "retired_pages_pending": ("retired_pages/pending_retirement", "retired_pages/pending_blacklist"),
 }
 
 
