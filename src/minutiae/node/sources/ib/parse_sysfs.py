@@ -22,6 +22,8 @@ from minutiae.model.findings import Observation
 from minutiae.model.snapshot import Snapshot, SnapshotBuilder
 
 SOURCE = "sysfs-ib"
+#: what drivers/infiniband/core/sysfs.c writes in counters/* when the device has no PMA
+NO_PMA = "N/A (no PMA)"
 _STATE = re.compile(r"^\s*(\d+)\s*:\s*([A-Za-z_]+)\s*$")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec\s*(?:\((\d+)X\s*([A-Za-z0-9]*)\))?\s*$")
 
@@ -116,6 +118,8 @@ def _counters(b: SnapshotBuilder, comp: str, files: Mapping[str, str | None], wh
             b.problem(comp, f"{where}/{rel}", "unreadable")
             continue
         t = text.strip()
+        if t == NO_PMA:  # the kernel's answer for a device without a PMA (iWARP: i40iw): not counted
+            continue
         if not (t.isascii() and t.isdigit()):
             b.problem(comp, f"{where}/{rel}", f"not a non-negative integer: {t[:40]!r}")
             continue
