@@ -141,7 +141,8 @@ def _links(d: _Dev, idx: int, by_bus: dict[str, int], notes: list[str],
         target = (nv.get("target") or "").lower()
         count = _int(nv.get("count"))
         if (nv.get("tclass") or "").lower().startswith("0x0680"):
-            switch_peers.append(idx)
+            if idx not in switch_peers:  # a dump has one <nvlink> per NVSwitch (4 on HGX H100)
+                switch_peers.append(idx)
             links.append(NvLink(peer=-1, links=count, via_switch=True))
         elif target == d.busid:
             notes.append(f"GPU{idx}: NVLink entry pointing at itself ignored")
