@@ -73,8 +73,6 @@ def command(directory: Path | None, prom_url: str | None, since: str, step: str,
     reasons, power at a given utilisation, temperature at a given power, throughput per watt,
     PCIe replays, NVLink errors, IB throughput) and report every persistently worse episode,
     with the evidence; windows without telemetry are reported UNKNOWN."""
-    import polars as pl
-
     from minutiae.analyses.slownodes.analysis import SlowOptions, analyse_telemetry
     from minutiae.errors import ConfigError
 
@@ -102,10 +100,13 @@ def command(directory: Path | None, prom_url: str | None, since: str, step: str,
             raise DataError("no DCGM_FI_DEV_SM_CLOCK series in the window (is dcgm-exporter "
                             "scraped?)", prom_url)
         tel, where = dcgm_telemetry(results, prom_url), prom_url
-    if fleet is not None:
-        fleet_df = pl.read_csv(fleet, infer_schema_length=0)
-    if jobs is not None:
-        jobs_df = pl.read_csv(jobs, infer_schema_length=0)
+    if fleet is not None or jobs is not None:
+        from minutiae.analyses.slownodes.read import FLEET_COLUMNS, JOBS_COLUMNS, read_side_table
+
+        if fleet is not None:
+            fleet_df = read_side_table(fleet, "fleet CSV", FLEET_COLUMNS)
+        if jobs is not None:
+            jobs_df = read_side_table(jobs, "jobs CSV", JOBS_COLUMNS)
     report = analyse_telemetry(tel, fleet_df, jobs_df, opts, where)
     if as_json:
         click.echo(json.dumps(report.to_json()))

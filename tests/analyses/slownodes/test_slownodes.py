@@ -199,3 +199,22 @@ def test_a_healthy_fleet_has_no_suspects(chunk_rows: int | None) -> None:
     healthy = ~pl.col("node").is_in(["gpu003", "gpu007", "gpu010", "gpu012", "gpu001"])
     report = analyse_telemetry(tel.filter(healthy), fleet, jobs, chunk_rows=chunk_rows)
     assert report.findings == () and report.nodes == 11 and report.gpus == 88 and report.warnings == ()
+
+
+def test_a_side_table_is_read_bounded_with_its_columns_checked(tmp_path: Path) -> None:
+    from minutiae.analyses.slownodes.read import FLEET_COLUMNS, JOBS_COLUMNS, read_side_table
+    from minutiae.errors import DataError, InputError
+
+    fleet = tmp_path / "fleet.csv"
+    fleet.write_text("node,sku,rack\nn1,h100,r1\n")
+    assert read_side_table(fleet, "fleet CSV", FLEET_COLUMNS)["sku"].to_list() == ["h100"]
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("job_id,start,end\n1,0,10\n")  # no nodes column: named, not a polars traceback
+    with pytest.raises(DataError, match=r"jobs\.csv: a jobs CSV needs columns .*\(missing: nodes\)"):
+        read_side_table(jobs, "jobs CSV", JOBS_COLUMNS)
+    (tmp_path / "nul.csv").write_bytes(b"node\n\0\0\n")
+    with pytest.raises(InputError, match="binary data"):
+        read_side_table(tmp_path / "nul.csv", "fleet CSV", FLEET_COLUMNS)
+    (tmp_path / "bad.csv").write_bytes(b"(\xb5/\xfdnode\n")  # zstd's magic: polars would inflate it
+    with pytest.raises(InputError, match="unreadable fleet CSV"):
+        read_side_table(tmp_path / "bad.csv", "fleet CSV", FLEET_COLUMNS)
