@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -95,6 +96,24 @@ def test_unwritable_state_is_an_input_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(InputError, match="cannot write state file"):
         save_state(blocker / "state.json", CheckMemory(), 0.0)
+
+
+def test_a_state_path_that_is_not_a_regular_file_is_never_replaced(tmp_path: Path) -> None:
+    # ``--state-file /dev/zero`` once put a regular file in place of the device node (the atomic
+    # rename replaces whatever the path names); a fifo stands in for the device here
+    fifo = tmp_path / "state.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        save_state(fifo, CheckMemory(), 0.0)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_a_deeply_nested_state_file_is_an_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match="corrupt state file"):
+        load_state(path)
 
 
 @settings(max_examples=100, deadline=None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 from minutiae.errors import InputError
@@ -37,7 +38,7 @@ def load_state(path: Path) -> CheckMemory:
         if doc.get("version") != VERSION:
             return CheckMemory()
         return CheckMemory.from_json(doc)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise InputError(f"corrupt state file ({exc.__class__.__name__}); starting afresh", str(path)) from None
 
 
@@ -46,6 +47,10 @@ def save_state(path: Path, memory: CheckMemory, now: float) -> None:
     doc = {"version": VERSION, "time": now, **memory.to_json()}
     tmp = None
     try:
+        # the rename below would put a file where a device, fifo or directory was (``--state-file
+        # /dev/zero`` replaced the device node): only a regular file, or nothing, is replaced
+        if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+            raise InputError("not a regular file; the state is not written there", str(path))
         path.parent.mkdir(parents=True, exist_ok=True)
         # not tempfile: importing it costs more than this whole write (one-shot runs count ms)
         tmp = str(path.parent / f".{path.name}.{os.getpid()}.tmp")

@@ -104,6 +104,8 @@ class EngineState:
             d = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
             raise DataError(f"state is not JSON: {exc}") from exc
+        except RecursionError:  # a hostile file nested thousands deep
+            raise DataError("state is not JSON this engine writes: nested too deep") from None
         return cls.from_dict(d)
 
     @classmethod
