@@ -13,7 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from minutiae.errors import ConfigError
+from minutiae.inputs import read_text
 from minutiae.scoring.explain import Explains, explains_of_classes, profile_classes
+
+#: a profile TOML larger than this is not one (the packaged default is ~20 KB)
+PROFILE_LIMIT = 4 << 20
 
 UNITS = frozenset({
     "per_1000_gpu_days", "per_1000_node_days", "per_1000_port_days", "fraction_of_nodes",
@@ -219,10 +223,7 @@ def load_profile(path: str | Path | None = None, *, rate_scale: float = 1.0,
     if path is None:
         text, where = default_profile_text(), "minutiae/sim/world/profiles/default.toml"
     else:
-        try:
-            text, where = Path(path).read_text("utf-8"), str(path)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read profile: {exc}") from None
+        text, where = read_text(Path(path), limit=PROFILE_LIMIT, what="profile TOML"), str(path)
     prof = parse_profile(text, where)
     if rate_scale < 0:
         raise ConfigError(f"rate scale must be >= 0, got {rate_scale}")
