@@ -37,6 +37,7 @@ the examples: :mod:`minutiae.rules.counters.examples`.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -323,7 +324,8 @@ def _xid(value: Scalar, severity: Severity, action: Action,
     """An XID code's severity and action from the XID catalog (its name into ``data``)."""
     from minutiae.rules.logs import xid_catalog
 
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            or value != int(value)):  # an XID is a whole number; inf/NaN (a scrape's +Inf) is none
         return severity, action, None
     code = int(value)
     entry = xid_catalog().get(code)
