@@ -29,7 +29,15 @@ TEMPLATES = [
     ["check", "--no-nvml", "--nvlink-status", "{f}"], ["check", "--no-nvml", "--sysfs-root",
                                                        "{f}"],
     ["policy", "show", "--policy", "{f}"], ["whatchanged", "{f}", "{f}"],
+    ["slownodes", "{f}"], ["slownodes", "{dataset}", "--fleet", "{f}"],
+    ["slownodes", "{dataset}", "--jobs", "{f}"], ["eval", "{f}"], ["backtest", "{f}"],
+    ["backtest", "{dataset}", "--policy", "{f}"], ["backtest", "{dataset}", "--against", "{f}"],
+    ["sim", "--nodes", "2", "--days", "0.05", "--out", "{out}", "--profile", "{f}"],
+    ["check", "--no-nvml", "--kmsg", "{empty}", "--state-file", "{f}"],
 ]
+#: templates that write to ``{f}``: run only on the corpus's own files, never on a device such as
+#: /dev/zero (a regression would replace the machine's device node)
+WRITES = ("--state-file",)
 HANG_S = 20          # CPU seconds one case may burn
 HANG_WALL_S = 300    # wall seconds one case may take (blocked, not burning CPU)
 COUNTS = {"cases": 0, "tracebacks": 0, "hangs": 0, "bad_exit": 0}
@@ -52,6 +60,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]
     files = make_corpus(d)
     files.pop("2 GiB sparse")          # bounded by size up front; in test_hostile_commands
     (d / "empty.log").write_text("")
+    # a real dataset for the commands whose other inputs are a directory (slownodes, backtest)
+    assert main(["sim", "--nodes", "2", "--days", "0.05", "--out", str(d / "dataset"), "--quiet"]) == 0
     yield files
     print(f"\nfuzz corpus: {COUNTS['cases']} cases, {COUNTS['tracebacks']} tracebacks, "
           f"{COUNTS['hangs']} hangs, {COUNTS['bad_exit']} bad exits")
@@ -69,7 +79,10 @@ def test_every_hostile_file_through_the_command(corpus: dict[str, Path], templat
     old = signal.signal(signal.SIGALRM, _alarm), signal.signal(signal.SIGPROF, _alarm)
     try:
         for name, path in corpus.items():
-            argv = [a.format(f=path, empty=empty) for a in template]
+            if any(w in template for w in WRITES) and path.parent != empty.parent:
+                continue
+            argv = [a.format(f=path, empty=empty, dataset=empty.parent / "dataset",
+                             out=tmp_path / "out") for a in template]
             COUNTS["cases"] += 1
             signal.setitimer(signal.ITIMER_PROF, HANG_S)
             signal.setitimer(signal.ITIMER_REAL, HANG_WALL_S)
