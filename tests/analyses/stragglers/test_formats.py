@@ -252,3 +252,12 @@ def test_per_rank_formats_find_the_slow_rank_like_the_csv_path(tmp_path: Path) -
     # DeepSpeed numbers steps from 1 (no step=N line here): the same steps, one later
     assert notes == [] and _found(df.filter(pl.col("section") == "forward")) == [
         (r, s + 1, d + 1) for r, s, d in want]
+
+
+@pytest.mark.parametrize("junk", [b"(\xb5/\xfd", b"x\x9c", b"x\x01"])
+def test_a_log_that_starts_with_a_compression_magic_is_read_as_text(junk: bytes) -> None:
+    """polars's CSV reader inflates a buffer that starts with a zstd or zlib magic (zstd raised
+    OSError 'Dictionary mismatch' out of the reader): the bytes are text, lines keep numbers."""
+    real = (DATA / "nemo.log").read_bytes()
+    log = parse_log(junk + b" garbage\n" + real, "junk.log")
+    assert log.steps.select("step", "seconds").rows() == [(0, 7.126), (1, 2.505), (99, 3.130)]

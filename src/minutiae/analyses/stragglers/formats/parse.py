@@ -62,15 +62,24 @@ def _release(data: Buffer, start: int, end: int) -> None:
         data.madvise(mmap.MADV_DONTNEED, first, end - first)
 
 
+#: the magic numbers polars's CSV reader takes for a compressed stream (gzip, zlib, zstd)
+_COMPRESSED = (b"\x1f\x8b", b"x\x01", b"x\x5e", b"x\x9c", b"x\xda", b"(\xb5/\xfd")
+
+
 def _lines(piece: bytes, line0: int, numbers: np.ndarray | None = None) -> pl.DataFrame:
     """Numbered lines of a chunk (blank lines kept, so numbers are the file's; ``numbers``: the
     chunk's line index of each line when some were taken out), tqdm's ``\r`` redraws split,
     ANSI colours dropped, launcher prefixes stripped."""
     if b"\x1f" in piece:  # the separator that keeps each line one cell
         piece = piece.replace(b"\x1f", b" ")
-    df = pl.read_csv(io.BytesIO(piece), has_header=False, separator="\x1f", quote_char=None,
-                     new_columns=["line"], schema={"line": pl.String}, encoding="utf8-lossy",
+    # polars inflates a buffer that starts with a gzip, zlib or zstd magic: such bytes are read
+    # after a blank line that is dropped again, so they stay text
+    lead = piece.startswith(_COMPRESSED)
+    df = pl.read_csv(io.BytesIO(b"\n" + piece if lead else piece), has_header=False,
+                     separator="\x1f", quote_char=None, new_columns=["line"],
+                     schema={"line": pl.String}, encoding="utf8-lossy",
                      truncate_ragged_lines=True) if piece else pl.DataFrame(schema={"line": pl.String})
+    df = df.slice(1) if lead else df
     df = df.with_columns(pl.col("line").fill_null(""))
     if numbers is None:
         df = df.with_row_index("no", offset=line0).with_columns(pl.col("no").cast(pl.Int64))
