@@ -82,7 +82,9 @@ def _rollout_times(rng: np.random.Generator, start: float, days: float, cover: f
     return at
 
 
-def fleet(seed: int, without: frozenset[str] = frozenset()) -> Fleet:
+def fleet(seed: int, without: frozenset[str] = frozenset(), record_code: bool = False) -> Fleet:
+    """``record_code``: every run also records its code version (``code_version``: how many of
+    its signature's code changes it came after), as a history that logs a commit would."""
     rng = np.random.default_rng(seed)
     share = int(rng.integers(1, 4))
     eff_nccl = float(rng.choice([0.02, -0.02, 0.03, -0.03, 0.05]))
@@ -94,14 +96,15 @@ def fleet(seed: int, without: frozenset[str] = frozenset()) -> Fleet:
         start = t_nccl + rng.uniform(-3, 3) if k < 2 else float(rng.uniform(5, 35))
         times[a] = _rollout_times(rng, start, float(rng.uniform(2, 6)), float(rng.uniform(0.4, 1)))
     hit_fams = set(rng.choice(FAMILIES, share, replace=False).tolist())
-    runs = _runs(rng, times, effects, hit_fams, t_nccl, without)
+    runs = _runs(rng, times, effects, hit_fams, t_nccl, without, record_code)
     changes = [NodeChange(float(t), f"n{i:03d}", a, OLD[a], NEW[a])
                for a, at in times.items() for i, t in enumerate(at) if np.isfinite(t)]
     return Fleet(runs, group_rollouts(sorted(changes, key=lambda c: c.time)), effects, share)
 
 
 def _runs(rng: np.random.Generator, times: dict[str, np.ndarray], effects: dict[str, float],
-          hit_fams: set[str], t_nccl: float, without: frozenset[str]) -> list[RunRecord]:
+          hit_fams: set[str], t_nccl: float, without: frozenset[str], record_code: bool,
+          ) -> list[RunRecord]:
     use = {p: float(p not in without) for p in PARTS}
     slow, flaky = rng.choice(NODES, 2, replace=False)
     slow_from = T0 + rng.uniform(5, 35) * DAY
@@ -132,7 +135,8 @@ def _runs(rng: np.random.Generator, times: dict[str, np.ndarray], effects: dict[
                      for k, (at, c) in enumerate(code) if t[j] >= at)
             y += use["slow"] * math.log1p(0.06) * (slow in nodes and t[j] >= slow_from)
             y += use["flaky"] * math.log1p(0.10) * (flaky in nodes and rng.random() < 0.2)
-            attrs = {}
+            attrs = {"code_version": frozenset({f"v{sum(t[j] >= at for at, _ in code)}"})} \
+                if record_code else {}
             for a, at in times.items():
                 on = at[nodes] <= t[j]
                 e = effects[a]
@@ -151,6 +155,7 @@ def main() -> None:
     ap.add_argument("--fleets", type=int, default=40)
     ap.add_argument("--seed-base", type=int, default=0)
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--record-code", action="store_true", help="runs record their code version")
     ap.add_argument("--without", default="", help=f"comma list of {', '.join(PARTS)}")
     a = ap.parse_args()
     without = frozenset(w for w in a.without.split(",") if w)
@@ -160,7 +165,7 @@ def main() -> None:
     # per share: [flagged real, flagged null, NCCL found, NCCL, >= 2 % found, >= 2 %]
     tally = {s: [0] * 6 for s in (1, 2, 3)}
     for i in range(a.fleets):
-        f = fleet(a.seed_base + i, without)
+        f = fleet(a.seed_base + i, without, a.record_code)
         k = tally[f.share]
         for v in attribute_rollouts(f.runs, f.rollouts):
             e = f.effects[v.attr]
@@ -174,7 +179,8 @@ def main() -> None:
                 print(f"  seed {a.seed_base + i} share {f.share} {v.attr} {e:+.2f}: "
                       f"{'false cause' if v.cause else 'miss'}: {v.summary()}")
     print(f"independent fleets: {a.fleets} (seeds {a.seed_base}+i), without "
-          f"{','.join(sorted(without)) or 'nothing'}, load {load0:.1f}-"
+          f"{','.join(sorted(without)) or 'nothing'}"
+          f"{', code versions recorded' if a.record_code else ''}, load {load0:.1f}-"
           f"{os.getloadavg()[0]:.1f}, {time.process_time() - c0:.0f} s CPU, "
           f"{time.perf_counter() - w0:.0f} s wall")
     print(f"{'families hit':>12} {'fleets':>6} {'P (all)':>8} {'R NCCL':>9} {'R all >= 2 %':>13}")
