@@ -50,6 +50,13 @@ OTHER = ("driver", "kernel", "firmware", "image")
 
 def fleet(seed: int, hit_families: int, effect: float, empty: float,  # type: ignore[type-arg]
           runs: tuple[int, int] = (40, 120)) -> tuple[list[RunRecord], list, dict[str, float], set[str]]:
+    return fleet_truth(seed, hit_families, effect, empty, runs)[:4]  # type: ignore[return-value]
+
+
+def fleet_truth(seed: int, hit_families: int, effect: float, empty: float,
+                runs: tuple[int, int] = (40, 120)) -> tuple[Any, ...]:
+    """``fleet``'s four values and the generator's ``SynthFleet`` (its truth: code changes, slow
+    nodes), for bench/regress/confound.py."""
     rng = np.random.default_rng(seed)
     specs = [RolloutSpec("nccl", 0.0, float(rng.uniform(0.5, 1.0)), float(rng.uniform(10, 40)), 3.0)]
     effects = {"nccl": effect}
@@ -74,16 +81,16 @@ def fleet(seed: int, hit_families: int, effect: float, empty: float,  # type: ig
             v = v * (1.0 + effect) if r.metric.higher_is_slower else v / (1.0 + effect)
             hit_sigs.add(name)
         out.append(dataclasses.replace(r, signature=name, value=v))
-    return out, group_rollouts(f.changes), effects, hit_sigs
+    return out, group_rollouts(f.changes), effects, hit_sigs, f
 
 
 def oracle_p(runs: list[RunRecord], rolls: list, effects: dict[str, float],  # type: ignore[type-arg]
              hit_sigs: set[str]) -> float:
     """p of the NCCL effect on its hit signatures when the truth is given (see the module doc)."""
     from minutiae.analyses.whatchanged.rollouts import _exposures, _node_penalty
-    from minutiae.analyses.whatchanged.stats import fe_joint, make_panel
+    from minutiae.analyses.whatchanged.stats import CODE_KEYS, fe_joint, make_panel
 
-    panel = make_panel(runs)
+    panel = make_panel(runs, levels=CODE_KEYS)  # as attribution's own fit
     anys, alls, missing = _exposures(panel, rolls)
     chosen = [alls[k] if effects[ro.attr] < 0 else anys[k] for k, ro in enumerate(rolls)]
     i = next(k for k, ro in enumerate(rolls) if ro.attr == "nccl")
