@@ -39,7 +39,7 @@ from minutiae.analyses.whatchanged.rollouts import (  # noqa: E402
     attribute_rollouts,
 )
 from minutiae.analyses.whatchanged.rule import RULE  # noqa: E402
-from minutiae.analyses.whatchanged.stats import CODE_KEYS, fe_joint, make_panel  # noqa: E402
+from minutiae.analyses.whatchanged.stats import fe_joint, make_panel  # noqa: E402
 from minutiae.testing.synth.regress import DAY, START, FleetConfig  # noqa: E402
 
 HELD_OUT = (1000, 5000, 9000)
@@ -103,7 +103,7 @@ def analyse(bench: Any, seed: int, share: int, effect: float, empty: float, run_
             scale: int = 1) -> Row:
     runs, rolls, effects, hit_sigs, f = bench.fleet_truth(seed, share, effect, empty,
                                                           (40 * scale, 120 * scale))
-    panel = make_panel(runs, levels=CODE_KEYS)
+    panel = make_panel(runs)
     sig_of_run = {r.run_id: r.signature for r in runs}
     code, slow = _parts(panel, f, sig_of_run)
     x, j = _design(panel, rolls, effects, hit_sigs, [_node_penalty(panel)])

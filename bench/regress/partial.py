@@ -88,9 +88,9 @@ def oracle_p(runs: list[RunRecord], rolls: list, effects: dict[str, float],  # t
              hit_sigs: set[str]) -> float:
     """p of the NCCL effect on its hit signatures when the truth is given (see the module doc)."""
     from minutiae.analyses.whatchanged.rollouts import _exposures, _node_penalty
-    from minutiae.analyses.whatchanged.stats import CODE_KEYS, fe_joint, make_panel
+    from minutiae.analyses.whatchanged.stats import fe_joint, make_panel
 
-    panel = make_panel(runs, levels=CODE_KEYS)  # as attribution's own fit
+    panel = make_panel(runs)
     anys, alls, missing = _exposures(panel, rolls)
     chosen = [alls[k] if effects[ro.attr] < 0 else anys[k] for k, ro in enumerate(rolls)]
     i = next(k for k, ro in enumerate(rolls) if ro.attr == "nccl")

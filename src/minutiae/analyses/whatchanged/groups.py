@@ -32,7 +32,7 @@ import numpy as np
 from scipy import stats
 
 from minutiae.analyses.whatchanged.rule import RULE
-from minutiae.analyses.whatchanged.stats import CODE_KEYS, Effect, Panel, fe_joint
+from minutiae.analyses.whatchanged.stats import Effect, Panel, fe_joint
 from minutiae.history.record import STACK_KEYS, RunRecord
 
 MAX_VALUES = 12
@@ -98,10 +98,8 @@ def label_of(run: RunRecord, grouping: str) -> str:
 
 
 def groupings(runs: Sequence[RunRecord]) -> dict[str, list[str]]:
-    """name -> one label per run ('' = unknown) for every grouping with 2+ groups (a code
-    version is a level of the fit, not a grouping)."""
-    keys = ["family", "size", *sorted({k for r in runs for k in r.attrs
-                                       if k not in STACK_KEYS and k not in CODE_KEYS})]
+    """name -> one label per run ('' = unknown) for every grouping with 2+ groups."""
+    keys = ["family", "size", *sorted({k for r in runs for k in r.attrs if k not in STACK_KEYS})]
     out = {k: [label_of(r, k) for r in runs] for k in keys}
     return {k: v for k, v in out.items() if 2 <= len({x for x in v if x}) <= MAX_VALUES}
 

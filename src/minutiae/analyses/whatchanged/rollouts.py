@@ -20,7 +20,7 @@ import numpy as np
 
 from minutiae.analyses.whatchanged.groups import GroupSplit, label_of, split_rollout
 from minutiae.analyses.whatchanged.rule import RULE, CauseRule
-from minutiae.analyses.whatchanged.stats import CODE_KEYS, Effect, Panel, fe_joint, make_panel
+from minutiae.analyses.whatchanged.stats import Effect, Panel, fe_joint, make_panel
 from minutiae.history.record import STACK_KEYS, RunRecord
 from minutiae.history.rollouts import Rollout
 
@@ -169,9 +169,8 @@ def _exposures(panel: Panel, ros: Sequence[Rollout],
 
 def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | None = None,
                        rule: CauseRule = RULE) -> list[RolloutVerdict]:
-    """Test every rollout as a cause (``rollouts`` None: inferred from attribute columns); a
-    signature's runs of each code version (``CODE_KEYS``) have a baseline of their own."""
-    panel = make_panel(runs, levels=CODE_KEYS)
+    """Test every rollout as a cause (``rollouts`` None: inferred from attribute columns)."""
+    panel = make_panel(runs)
     ros = list(rollouts) if rollouts is not None else infer_rollouts(panel.runs)
     if not ros:
         return []

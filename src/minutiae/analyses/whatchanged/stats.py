@@ -18,10 +18,6 @@ from scipy import stats
 from minutiae.history.record import RunRecord
 
 DAY = 86400.0
-#: run fields that name the job's own code version: a run history that records one gives
-#: attribution a level per signature and code version (``make_panel(levels=...)``), so a
-#: team's code change in the week of a rollout is not blamed on the rollout
-CODE_KEYS: tuple[str, ...] = ("code_version", "commit", "git_commit", "git_sha")
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
@@ -98,19 +94,11 @@ class _Projector:
         return self._mg(y - self.dm @ b)
 
 
-def make_panel(runs: Sequence[RunRecord], bin_s: float = DAY, levels: Sequence[str] = ()) -> Panel:
-    """``levels``: run fields (``CODE_KEYS``) whose every value gets a baseline of its own within
-    a signature (a run without the field shares one unknown level): an observed confounder
-    taken out exactly, at no cost to the fit."""
+def make_panel(runs: Sequence[RunRecord], bin_s: float = DAY) -> Panel:
     ordered = tuple(sorted(runs, key=lambda r: (r.time, r.run_id)))
-
-    def key(r: RunRecord) -> tuple[str, str, tuple[str, ...]]:
-        return r.signature, r.size, tuple(" ".join(sorted(r.attrs.get(k, ()))) for k in levels)
-
     # one baseline per (signature, size): a signature run at several world sizes has one per size
-    keys = [key(r) for r in ordered]
-    sigs = {s: i for i, s in enumerate(sorted(set(keys)))}
-    g = np.fromiter((sigs[k] for k in keys), dtype=np.int64, count=len(ordered))
+    sigs = {s: i for i, s in enumerate(sorted({(r.signature, r.size) for r in ordered}))}
+    g = np.fromiter((sigs[(r.signature, r.size)] for r in ordered), dtype=np.int64, count=len(ordered))
     y = np.fromiter((r.log_cost for r in ordered), dtype=np.float64, count=len(ordered))
     t = np.fromiter((r.time for r in ordered), dtype=np.float64, count=len(ordered))
     d_raw = np.floor((t - (t.min() if t.size else 0.0)) / bin_s).astype(np.int64)
