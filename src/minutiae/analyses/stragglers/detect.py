@@ -17,11 +17,10 @@ the same answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from minutiae.analyses.stragglers.armodel import ArModel
+from minutiae.analyses.stragglers.held import Alarms, held_peak
 from minutiae.analyses.stragglers.medians import group_medians
 from minutiae.analyses.stragglers.prep import log_times
 from minutiae.analyses.stragglers.recovery import Recovery
@@ -64,20 +63,6 @@ def peer_log_ratio(x: np.ndarray, groups: np.ndarray,
     else:
         logx -= med[:, groups]
     return logx, med
-
-
-@dataclass(frozen=True, slots=True)
-class Alarms:
-    """Alarmed ranks (indices into the rank axis) and what the test knew about each."""
-
-    index: np.ndarray
-    since_step: np.ndarray
-    detected_step: np.ndarray
-    detector: np.ndarray  # 0 = fast, 1 = slow, 2 = level shift (``shift.py``)
-    score: np.ndarray
-    mean_log_ratio: np.ndarray
-    se_log_ratio: np.ndarray
-    peak_log_ratio: np.ndarray  # the excursion's mean log-ratio when the test alarmed
 
 
 class _Cusum:
@@ -216,6 +201,7 @@ class SeriesDetector:
         self.alarm_score = np.zeros(n)
         self.alarm_sums = np.zeros((2, n))
         self.alarm_peak = np.zeros(n)
+        self.alarm_held = np.full(n, np.nan)
         self.last_step = np.full(n, -1, dtype=np.int64)
         self.medians: list[float] = []
         #: per rank: sum of its (clipped) log-ratios and how many, over every step tested
@@ -277,7 +263,6 @@ class SeriesDetector:
         else:
             cum_n = np.empty(r.shape, dtype=np.float32)
             _running_sum(ok.astype(np.float32), cum_n)
-        self._keep_recent(r, missing)
         self.total_r += cum_r[-1]
         self.total_n += cum_n[-1]
         tests = (*self.tests, self.estimator)
@@ -321,6 +306,8 @@ class SeriesDetector:
                 since[pick], sums[:, pick] = sh[1][new[pick]], sh[2][:, new[pick]]
             self.alarm_since[new] = since
             self.alarm_peak[new] = sums[0] / np.maximum(sums[1], 1.0)
+            self.alarm_held[new] = held_peak(sums, r, ok, steps, since, ta, new, np.roll(
+                self.recent[:, new], -self._recent_at, axis=0), RECENT)
             self.alarm_sums[0, new] = sums[0] + cum_r[-1, new] - cum_r[ta, new]
             self.alarm_sums[1, new] = sums[1] + cum_n[-1, new] - cum_n[ta, new]
             self.alarm_det[new] = det
@@ -330,6 +317,7 @@ class SeriesDetector:
                 [runs[d][0][ta, new] / t.h for d, t in enumerate(self.tests)]
                 + ([] if sh is None else [sh[3][new]]), axis=0)
             self.alarm_step[new] = steps[ta]
+        self._keep_recent(r, missing)  # after the new alarms: their steps before this block
         old = np.flatnonzero(~waiting)
         if old.size:
             self.alarm_sums[0, old] += cum_r[-1, old]
@@ -390,7 +378,8 @@ class SeriesDetector:
         n = np.maximum(cnt, 1)
         se = self.noise.mean_se(idx, n)
         return Alarms(idx, self.alarm_since[idx], self.alarm_step[idx], self.alarm_det[idx],
-                      self.alarm_score[idx], total / n, se, self.alarm_peak[idx])
+                      self.alarm_score[idx], total / n, se, self.alarm_peak[idx],
+                      self.alarm_held[idx])
 
     def typical_seconds(self) -> float:
         v = np.asarray(self.medians)

@@ -34,15 +34,18 @@ SPREAD_LEVEL = 0.95
 MAD_DF_SHARE = 0.37
 
 
-def size(s: Suspect) -> float:
-    """A suspect's slowdown for the floor: its mean since onset, or its size when found if
-    larger (a transient fault averages out after it ends) and that size held more than the
-    one step it alarmed on: a test that alarms on the step its excursion began was pushed over
-    by one step (a Student-t tail or a GC pause on a rank already near its threshold), which is
-    no fault's size (measured on the simulator's week: 9 of 39 GPU alarms of MoE jobs had a
-    one-step "size when found" of 28-50 % and +3-6 % since)."""
+def size(s: Suspect, held: bool = True) -> float:
+    """A suspect's slowdown for the floor: its mean since onset, or the size it held when
+    found if larger (a transient fault averages out after it ends): its excursion's mean less
+    its largest step (``held.py``). A test that alarms on the step its excursion began was
+    pushed over by one step (a Student-t tail or a GC pause on a rank already near its
+    threshold), which is no fault's size (measured on the simulator's week: 9 of 39 GPU alarms
+    of MoE jobs had a one-step "size when found" of 28-50 % and +3-6 % since), nor is one such
+    step in a mean of two (job 100196: +27.9 % and +8.5 %, "+20.7 % when found").
+    ``held=False``: the excursion's whole mean (``moving.py``'s evidence of moving work)."""
     one_step = s.detected_step <= s.since_step
-    return max(s.slowdown, s.peak) if np.isfinite(s.peak) and not one_step else s.slowdown
+    found = s.held if held else s.peak
+    return max(s.slowdown, found) if np.isfinite(found) and not one_step else s.slowdown
 
 
 def spread(det: SeriesDetector) -> float:

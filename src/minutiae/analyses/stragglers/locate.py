@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from minutiae.analyses.stragglers.detect import Alarms
+from minutiae.analyses.stragglers.held import Alarms
 from minutiae.analyses.stragglers.types import Basis, Scope, Suspect
 
 NODE_SHARE = 0.75
@@ -59,6 +59,7 @@ class _Hit:
     detector: str
     score: float
     peak: float = float("nan")
+    held: float = float("nan")
 
 
 def _hits(a: Alarms) -> dict[int, _Hit]:
@@ -68,7 +69,8 @@ def _hits(a: Alarms) -> dict[int, _Hit]:
         out[i] = _Hit(i, float(np.expm1(m)), float(np.expm1(m - 1.96 * se)),
                       float(np.expm1(m + 1.96 * se)), int(a.since_step[j]),
                       int(a.detected_step[j]), ("fast", "slow", "shift")[int(a.detector[j])],
-                      float(a.score[j]), float(np.expm1(a.peak_log_ratio[j])))
+                      float(a.score[j]), float(np.expm1(a.peak_log_ratio[j])),
+                      float(np.expm1(a.held_log_ratio[j])))
     return out
 
 
@@ -91,7 +93,8 @@ def _suspect(meta: RankMeta, hits: list[_Hit], scope: Scope, component: str, bas
         slowdown=slowdown, ci_low=lo, ci_high=hi, since_step=int(np.median([h.since for h in hits])),
         detected_step=min(h.detected for h in hits), detector=worst.detector,
         score=max(h.score for h in hits), job_slowdown=job, gpu_hours_per_day=job * job_gpus * 24,
-        peak=float(np.median([h.peak for h in hits])))
+        peak=float(np.median([h.peak for h in hits])),
+        held=float(np.median([h.held for h in hits])))
 
 
 def _gpu_label(meta: RankMeta, i: int, prefix: str) -> str:
@@ -123,7 +126,7 @@ def locate(meta: RankMeta, compute: Alarms, comm: Alarms | None, basis: Basis,
             rep = max(inside, key=lambda x: x.slowdown).i if inside else int(idx[0])
             nh = _Hit(rep, h.slowdown, h.lo, h.hi, min([h.since] + [x.since for x in inside]),
                       min([h.detected] + [x.detected for x in inside]), h.detector, h.score,
-                      h.peak)
+                      h.peak, h.held)
             sus = _suspect(meta, [nh], Scope.NODE, f"node:{names[n_i]}", basis, shares[0],
                            job_gpus)
             out.append(replace(sus, ranks=tuple(sorted(int(meta.ranks[i]) for i in idx))))

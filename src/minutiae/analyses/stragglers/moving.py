@@ -98,15 +98,17 @@ def split_moving(suspects: list[Suspect], rows: np.ndarray, index: dict[int, int
     GPU wandering below the floor is no evidence of moving work)."""
     floor = max(floor, DEFAULT_MIN_SLOWDOWN)  # --min-slowdown 0 shows more, not less
 
+    # sizes when found as the tests saw them (``held=False``): what makes a hot spot's
+    # evidence is unchanged by the floor's held size (the week's workload findings alike)
     def eligible(s: Suspect) -> bool:
         return (s.basis is not Basis.COMMUNICATION and s.scope in (Scope.GPU, Scope.NODE)
-                and size_of(s) >= KEEP_SHARE * floor)
+                and size_of(s, held=False) >= KEEP_SHARE * floor)
 
     def since(s: Suspect) -> int:
         return int(steps.size - np.searchsorted(steps, s.since_step))
 
     def recovered(s: Suspect) -> bool:
-        bar = RECOVERED * float(np.log1p(size_of(s)))
+        bar = RECOVERED * float(np.log1p(size_of(s, held=False)))
         was = low is not None and float(np.median(low[[index[r] for r in s.ranks]])) < bar
         return was or _now(_ratios(rows, s, index)) < bar
 

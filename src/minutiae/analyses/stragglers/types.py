@@ -124,6 +124,7 @@ class Suspect:
     gpu_hours_per_day: float
     segment: int | None = None  # the run segment (restarts: ``runs.py``); None: one run
     peak: float = float("nan")  # the slowdown when the test alarmed (its excursion's mean)
+    held: float = float("nan")  # ... less its largest step (``held.py``; NaN: one step)
 
     def to_json(self) -> dict[str, Any]:
         return {"segment": self.segment,

@@ -16,17 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from minutiae.scoring.explain import Explains
-from minutiae.scoring.score import Detection, ScoreParams, _Index, merge_alarms
+from minutiae.scoring.score import Detection, ScoreParams, _Index, gpu_of, merge_alarms
 from minutiae.scoring.truth import TruthEvent
-
-
-def _gpu_of(d: Detection) -> str | None:
-    """``gpu:<i>`` of a straggler alarm on one GPU (its message starts with ``gpu:<node>/<i>``)."""
-    head = d.reason.split(" ", 1)[0] if d.reason else ""
-    if not head.startswith("gpu:") or "/" not in head:
-        return None
-    return "gpu:" + head.rsplit("/", 1)[1]
-
 
 #: job-level structures only some jobs have (a share of jobs, or MoE signatures): more specific
 #: than the noise every job has (tails, per-node noise, GC pauses, sequence lengths, stages)
@@ -36,7 +27,7 @@ SPECIFIC = frozenset({"moe_hot_expert", "job_restart", "wait_included_totals", "
 def _rank(d: Detection, t: TruthEvent) -> tuple[int, float]:
     tier = 2 if t.cls in SPECIFIC else 3
     if t.node is not None and t.node == d.node:
-        tier = 0 if t.component is not None and t.component == _gpu_of(d) else 1
+        tier = 0 if t.component is not None and t.component == gpu_of(d) else 1
     return tier, t.end - t.start
 
 
@@ -71,7 +62,7 @@ def straggler_causes(truth: Sequence[TruthEvent], detections: Iterable[Detection
     out: dict[str, int] = {}
     for a in merge_alarms(detections, params):
         hit = idx.match(a, params)
-        if hit is not None and hit.harmful:
+        if (hit is not None and hit.harmful) or idx.expected_finding(a, params):
             continue
         fits = set(idx.explains.of(a.key, a.kind))
         cands = [c for c in benign.get(a.node or "", []) + fleet

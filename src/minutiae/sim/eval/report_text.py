@@ -52,6 +52,9 @@ def scorecard(ev: Evaluation) -> Group:
     s.add_row("alarms (merged)", str(o.alarms))
     s.add_row("false alarms per 1,000 node-days", f"{o.false_alarms_per_1000_node_days:.1f}")
     s.add_row("false alarms by cause", ", ".join(f"{k} {v}" for k, v in o.false_alarm_causes.items()) or "none")
+    if o.expected:
+        s.add_row("expected findings (a benign GPU offset at or above the straggler floor)",
+                  str(o.expected))
     if ev.straggler_causes:
         s.add_row("straggler false alarms by their GPU's / node's own cause",
                   ", ".join(f"{k} {v}" for k, v in ev.straggler_causes.items()))

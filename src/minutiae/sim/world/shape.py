@@ -233,10 +233,12 @@ def _gpu_truth(job: Job, gpus: int, shape: JobShape, cfg: dict[str, object],
     ts, step = shape.times, float(shape.times[1] - shape.times[0]) if len(shape.times) > 1 else 0.0
     lsd, wsd = _f(cfg, "lottery_sd"), _f(cfg, "wander_sd")
     if "gpu_lottery" in sig and lsd > 0:
-        for k in np.flatnonzero(lottery(job.nodes, gpus, lsd) >= TRUTH_SDS * lsd).tolist():
+        offsets = lottery(job.nodes, gpus, lsd)
+        for k in np.flatnonzero(offsets >= TRUTH_SDS * lsd).tolist():
+            # the log offset, so the scorecard can tell a slow GPU beyond the floor (score.py)
             out.append(_event("gpu_lottery", sig["gpu_lottery"], job.nodes[k // gpus],
                               f"gpu:{k % gpus}", job.start, job.end, job_id=job.job_id,
-                              gpu=k % gpus))
+                              gpu=k % gpus, offset=round(float(offsets[k]), 5)))
     if "gpu_wander" in sig and wsd > 0:
         w = wander(job, len(job.nodes) * gpus, len(ts), cfg)
         for k in np.flatnonzero((w >= WANDER_SDS * wsd).any(axis=0)).tolist():
