@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from minutiae.analyses.whatchanged.badnodes import BAD_NODES, BadNodeParams, runs_kept
 from minutiae.analyses.whatchanged.groups import GroupSplit, label_of, split_rollout
 from minutiae.analyses.whatchanged.rule import RULE, CauseRule
 from minutiae.analyses.whatchanged.stats import Effect, Panel, fe_joint, make_panel
@@ -168,18 +169,22 @@ def _exposures(panel: Panel, ros: Sequence[Rollout],
 
 
 def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | None = None,
-                       rule: CauseRule = RULE) -> list[RolloutVerdict]:
-    """Test every rollout as a cause (``rollouts`` None: inferred from attribute columns)."""
+                       rule: CauseRule = RULE, bad_nodes: BadNodeParams | None = BAD_NODES,
+                       ) -> list[RolloutVerdict]:
+    """Test every rollout as a cause (``rollouts`` None: inferred from attribute columns).
+    ``bad_nodes``: the fleet-wide effects leave out the runs that drew a bad node in its bad
+    weeks, found net of the rollouts (``badnodes.py``; None: they are kept)."""
     panel = make_panel(runs)
     ros = list(rollouts) if rollouts is not None else infer_rollouts(panel.runs)
     if not ros:
         return []
-    n = len(panel.runs)
     anys, alls, missing = _exposures(panel, ros)
+    keep, fpanel = runs_kept(panel, [*anys, *alls, *missing], bad_nodes)
+    n = len(panel.runs)
     nuis = np.column_stack([m for m in missing if m.any()]) if any(m.any() for m in missing) \
         else np.zeros((n, 0))
-    fit_any = fe_joint(panel, np.column_stack([*anys, nuis]))[:len(ros)]
-    fit_all = fe_joint(panel, np.column_stack([*alls, nuis]))[:len(ros)]
+    fit_any = fe_joint(fpanel, np.column_stack([*anys, nuis])[keep])[:len(ros)]
+    fit_all = fe_joint(fpanel, np.column_stack([*alls, nuis])[keep])[:len(ros)]
     t_end = float(panel.t.max())
     hours = np.array([r.gpu_hours() if r.gpu_hours() is not None else np.nan for r in panel.runs])
     chosen: list[np.ndarray] = []
@@ -203,7 +208,7 @@ def attribute_rollouts(runs: Sequence[RunRecord], rollouts: Sequence[Rollout] | 
         # net of the other rollouts' group effects: NCCL's hit on MoE models is not a driver
         # rollout's that went out the same week
         eff = effects[i] if not extra else fe_joint(
-            panel, np.column_stack([xmat, nuis, *extra]))[i]
+            fpanel, np.column_stack([xmat, nuis, *extra])[keep])[i]
         overlap = _overlap(panel, x)
         main = rule.fleet_cause(eff, overlap, len(ros))
         by_sig = _per_signature(panel, np.column_stack([xmat, nuis]), i, sig_names, len(ros))
