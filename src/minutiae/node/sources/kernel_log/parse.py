@@ -27,7 +27,7 @@ from minutiae.node.sources.kernel_log.pci import PCI_ANY, normalize_pci
 from minutiae.node.sources.kernel_log.prefilter import (
     BROADCAST,
     compile_prefilter,
-    finder,
+    matcher,
     prefilter_patterns,
 )
 from minutiae.node.sources.kernel_log.state import YEARLESS, ScanState, continuations
@@ -73,6 +73,7 @@ class KernelLogParser:
         self.rules: tuple[LogRule, ...] = tuple(kernel_log_rules() if rules is None else rules)
         self.year = year
         self._prefilter = compile_prefilter(prefilter_patterns(self.rules))
+        self._match = matcher(self._prefilter)
         self._max_back = max((r.join_back for r in self.rules), default=0)
         self._provisional = frozenset(r.id for r in self.rules if r.provisional)
         masks: dict[str, int] = {}
@@ -157,14 +158,14 @@ class KernelLogParser:
         return got
 
     def _scan_block(self, buf: bytes, st: ScanState) -> Iterator[LogEvent]:
-        find = finder(self._prefilter)
+        match, anchor = self._match
         take = self.repeats.take if self.repeats is not None else None
         n = len(buf)
         pos = 0
         counted = 0  # buffer offset up to which newlines are counted into ``line_no``
         line_no = st.line_no
         while pos < n:
-            hit = find(buf, pos)
+            hit = match(anchor, buf, pos, n)[0][0]
             if hit < 0:
                 break
             start = buf.rfind(b"\n", 0, hit) + 1
