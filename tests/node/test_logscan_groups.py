@@ -259,3 +259,28 @@ def test_a_repeated_xid_message_still_moves_its_gpus_last_xid() -> None:
     assert by_code[13].count == 2
     assert by_code[45].count == 2 and by_code[45].message.endswith(": follows Xid 13")
     assert by_code[45].last_line_no == 4  # the second Xid 45 (solo) is in the group too
+
+
+def test_an_xid_79_line_is_counted_like_any_xid(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """"GPU has fallen off the bus" is also a keyword of the old three-line rule (which joins
+    the lines before it), but the Xid rule comes first and matches the line alone: its repeats
+    are counted by shape like any Xid's, not built one event each, and count the same."""
+    from minutiae.node.sources.kernel_log import parse
+
+    built = {"n": 0}
+    real = parse.KernelLogParser._from_memo
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        built["n"] += 1
+        return real(*args, **kwargs)
+
+    xid79 = "NVRM: Xid (PCI:0000:{bus}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    lines = [f"kern  :err   : 2025-01-17T07:{i // 60 % 60:02d}:{i % 60:02d},{i:06d}+00:00 "
+             + xid79.format(bus=("1b", "9b")[i % 2]) for i in range(400)]
+    data = ("\n".join(lines) + "\n").encode()
+    agg = _assert_same(data, chunk=4096)
+    assert {(g.code, g.pci, g.count) for g in agg.groups()} >= {
+        (79, "0000:1b:00.0", 200), (79, "0000:9b:00.0", 200)}
+    monkeypatch.setattr(parse.KernelLogParser, "_from_memo", staticmethod(counting))
+    assert scan_groups([data], year=2025).total == 400
+    assert built["n"] <= 4, built

@@ -83,8 +83,7 @@ class KernelLogParser:
         self._kw_plain = tuple((k, b) for k, b in masks.items() if not _has_digit(k))
         self._kw_digits = tuple((k, b) for k, b in masks.items() if _has_digit(k))
         self._shapes: dict[bytes, int] = {}  # message shape → its digitless keywords' rules
-        # keyword mask → rules (file order), and whether one of them joins earlier lines
-        self._cands: dict[int, tuple[tuple[LogRule, ...], bool]] = {}
+        self._cands: dict[int, tuple[LogRule, ...]] = {}  # keyword mask → rules (file order)
         self._matches: dict[str, Memo | None] = {}  # message → its event's fields; None: no rule
         self.repeats: Repeats | None = None
 
@@ -130,12 +129,11 @@ class KernelLogParser:
             yield st.held
 
     # -- the scan -----------------------------------------------------------------------------
-    def _candidates(self, message: str) -> tuple[tuple[LogRule, ...], bool]:
-        """The rules (file order) with a keyword in ``message`` and whether one of them joins
-        earlier lines. Keywords without digits are looked for once per message *shape* (digits
-        masked): such a keyword is in every message of the same shape, and fleet logs vary in
-        their pids, addresses and counts, not their text; the few keywords with digits are
-        looked for each time."""
+    def _candidates(self, message: str) -> tuple[LogRule, ...]:
+        """The rules (file order) with a keyword in ``message``. Keywords without digits are
+        looked for once per message *shape* (digits masked): such a keyword is in every message
+        of the same shape, and fleet logs vary in their pids, addresses and counts, not their
+        text; the few keywords with digits are looked for each time."""
         shape = message.encode("utf-8", "surrogatepass").translate(_DIGITS)  # 10x str.translate
         mask = self._shapes.get(shape)
         if mask is None:
@@ -154,7 +152,7 @@ class KernelLogParser:
             rules = tuple(r for i, r in enumerate(self.rules) if mask >> i & 1)
             if len(self._cands) >= 4096:
                 self._cands.clear()
-            got = self._cands[mask] = rules, any(r.join_back for r in rules)
+            got = self._cands[mask] = rules
         return got
 
     def _scan_block(self, buf: bytes, st: ScanState) -> Iterator[LogEvent]:
@@ -243,7 +241,7 @@ class KernelLogParser:
             single, memo = self.match_single(message)
             if single:
                 return self._memo_event(memo, message, pre, line, line_no, st), used
-        for rule in self._candidates(message)[0]:
+        for rule in self._candidates(message):
             text, first_no, full = message, line_no, line
             if rule.join_back:
                 joined = self._join(buf, start, rule, st)
@@ -272,20 +270,20 @@ class KernelLogParser:
         """The rule match of a single-line message, memoised by message (a fleet log repeats
         the same message thousands of times: one regex pass for all of them): (True, its
         event's fields, or None when no rule matches), or (False, None) when a rule that joins
-        earlier lines may apply."""
+        earlier lines comes before the first rule that matches (file order, as :meth:`_event`
+        tries them: an Xid 79 line, which says "fallen off the bus", is the Xid rule's, and the
+        old three-line rule after it is never tried)."""
         memo = self._matches.get(message, _MISS)
         if memo is not _MISS:
             return True, memo
-        cands, joins = self._candidates(message)
-        if joins:
-            return False, None
-        for rule in cands:
+        memo = None
+        for rule in self._candidates(message):
+            if rule.join_back:  # its match depends on the lines before this one
+                return False, None
             m = rule.pattern.search(message)
             if m is not None:
                 memo = self._fields(rule, m, message, {})
                 break
-        else:
-            memo = None
         if len(self._matches) >= 4096:
             self._matches.clear()
         self._matches[message] = memo
