@@ -107,9 +107,9 @@ class KernelLogParser:
             if len(rest) > MAX_LINE:  # bounded memory whatever the input: a line is cut here
                 rest, skipping = rest[:MAX_LINE], True
             if cut >= 0:
-                yield from self._scan_block(data[:cut + 1], st)
+                yield from self._scan_block(data, cut + 1, st)  # (not a copy)
         if rest:
-            yield from self._scan_block(rest, st)
+            yield from self._scan_block(rest, len(rest), st)
         if st.held is not None:
             yield st.held
 
@@ -121,10 +121,12 @@ class KernelLogParser:
         for line in lines:
             block.append(line.rstrip("\n"))
             if len(block) >= BLOCK_LINES:
-                yield from self._scan_block(_encode("\n".join(block) + "\n"), st)
+                data = _encode("\n".join(block) + "\n")
+                yield from self._scan_block(data, len(data), st)
                 block.clear()
         if block:
-            yield from self._scan_block(_encode("\n".join(block) + "\n"), st)
+            data = _encode("\n".join(block) + "\n")
+            yield from self._scan_block(data, len(data), st)
         if st.held is not None:
             yield st.held
 
@@ -155,10 +157,10 @@ class KernelLogParser:
             got = self._cands[mask] = rules
         return got
 
-    def _scan_block(self, buf: bytes, st: ScanState) -> Iterator[LogEvent]:
+    def _scan_block(self, buf: bytes, n: int, st: ScanState) -> Iterator[LogEvent]:
+        """The events of the lines of ``buf[:n]`` (what follows ``n`` is not looked at)."""
         match, anchor = self._match
         take = self.repeats.take if self.repeats is not None else None
-        n = len(buf)
         pos = 0
         counted = 0  # buffer offset up to which newlines are counted into ``line_no``
         line_no = st.line_no
@@ -173,7 +175,7 @@ class KernelLogParser:
             line_no += buf.count(b"\n", counted, start)
             counted = start
             if end + 1 < n and buf[end + 1] == 0x20:  # continuation lines start with a space
-                conts, nxt = continuations(buf, end)
+                conts, nxt = continuations(buf, end, n)
             else:
                 if take is not None and st.held is None and take(buf, start, end, line_no + 1, st):
                     pos = end + 1
@@ -189,14 +191,14 @@ class KernelLogParser:
             else:
                 pos = end + 1
         line_no += buf.count(b"\n", counted, n)
-        if n and buf[-1] != 0x0A:
+        if n and buf[n - 1] != 0x0A:
             line_no += 1
         st.line_no = line_no
         if st.held is not None and line_no + 1 - st.held.line_no > PROVISIONAL_LINES:
             yield st.held
             st.held = None
         if self._max_back:
-            st.keep_tail(buf, self._max_back)
+            st.keep_tail(buf, n, self._max_back)
 
     def _emit(self, ev: LogEvent, st: ScanState) -> Iterator[LogEvent]:
         """``ev`` in order; a held provisional event first, unless ``ev`` (same kind, within
