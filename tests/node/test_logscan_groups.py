@@ -306,3 +306,21 @@ def test_the_grouped_scan_leaves_no_cycles_and_the_collector_as_it_was() -> None
         gc.enable()
     scan_groups([data], year=2025)
     assert gc.isenabled()
+
+
+_PCI_TEXT = st.text(alphabet="0123456789abcdefABCDEFgx:.PCI +-_()", max_size=30)
+#: addresses and near misses (too few or many digits, letters past f, a function past 7)
+_PCI_LIKE = st.from_regex(r"(?:PCI:|pci:)?[0-9A-Ga-g]{3,9}:[0-9A-Ga-g]{1,3}:[0-9A-Ga-g]{1,3}"
+                          r"(?:\.[0-9])?", fullmatch=True)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.one_of(_PCI_TEXT, _PCI_LIKE), max_size=6))
+def test_a_pci_address_is_found_wherever_the_full_search_finds_one(parts: list[str]) -> None:
+    """The scan looks for an address in a new message only where the text has the ``:hh:hh``
+    each one has: whatever the text, what it finds is what PCI_ANY finds."""
+    from minutiae.node.sources.kernel_log.pci import PCI_ANY, pci_in
+
+    text = "".join(parts)
+    m = PCI_ANY.search(text)
+    assert pci_in(text) == (m.group(1) if m else None)

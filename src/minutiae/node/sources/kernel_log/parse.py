@@ -23,7 +23,7 @@ from typing import Protocol
 
 from minutiae.model.findings import LogEvent, Scalar
 from minutiae.node.sources.kernel_log.parse_prefix import Prefix, broadcast_body, split_prefix
-from minutiae.node.sources.kernel_log.pci import PCI_ANY, normalize_pci
+from minutiae.node.sources.kernel_log.pci import normalize_pci, pci_in
 from minutiae.node.sources.kernel_log.prefilter import (
     BROADCAST,
     compile_prefilter,
@@ -329,8 +329,7 @@ class KernelLogParser:
                 code = None
         pci = normalize_pci(groups.get("pci"))
         if pci is None:
-            pm = PCI_ANY.search(text)
-            pci = normalize_pci(pm.group(1)) if pm else None
+            pci = normalize_pci(pci_in(text))
         if pci is None and isinstance(extra.get("device"), str):
             pci = normalize_pci(str(extra["device"]))
         attrs: dict[str, Scalar] = dict(rule.attrs)
