@@ -259,3 +259,68 @@ def test_a_repeated_xid_message_still_moves_its_gpus_last_xid() -> None:
     assert by_code[13].count == 2
     assert by_code[45].count == 2 and by_code[45].message.endswith(": follows Xid 13")
     assert by_code[45].last_line_no == 4  # the second Xid 45 (solo) is in the group too
+
+
+def test_an_xid_79_line_is_counted_like_any_xid(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """"GPU has fallen off the bus" is also a keyword of the old three-line rule (which joins
+    the lines before it), but the Xid rule comes first and matches the line alone: its repeats
+    are counted by shape like any Xid's, not built one event each, and count the same."""
+    from minutiae.node.sources.kernel_log import parse
+
+    built = {"n": 0}
+    real = parse.KernelLogParser._from_memo
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        built["n"] += 1
+        return real(*args, **kwargs)
+
+    xid79 = "NVRM: Xid (PCI:0000:{bus}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    lines = [f"kern  :err   : 2025-01-17T07:{i // 60 % 60:02d}:{i % 60:02d},{i:06d}+00:00 "
+             + xid79.format(bus=("1b", "9b")[i % 2]) for i in range(400)]
+    data = ("\n".join(lines) + "\n").encode()
+    agg = _assert_same(data, chunk=4096)
+    assert {(g.code, g.pci, g.count) for g in agg.groups()} >= {
+        (79, "0000:1b:00.0", 200), (79, "0000:9b:00.0", 200)}
+    monkeypatch.setattr(parse.KernelLogParser, "_from_memo", staticmethod(counting))
+    assert scan_groups([data], year=2025).total == 400
+    assert built["n"] <= 4, built
+
+
+def test_the_grouped_scan_leaves_no_cycles_and_the_collector_as_it_was() -> None:
+    """scan_groups pauses the cyclic garbage collector while it runs, which is safe because it
+    makes no reference cycles: nothing is left for a collection to find after it (the parser
+    and its repeat counter, which refer to each other, are parted), and the collector is left
+    enabled or disabled as it was."""
+    import gc
+
+    lines = [json.loads(x)["line"] for f in sorted(CORPUS.glob("*.jsonl"))
+             for x in f.read_text().splitlines() if x.strip()]
+    data = ("\n".join(lines) + "\n").encode() * 3
+    gc.collect()
+    gc.disable()
+    try:
+        assert scan_groups([data], year=2025).total > 0
+        assert not gc.isenabled()
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    scan_groups([data], year=2025)
+    assert gc.isenabled()
+
+
+_PCI_TEXT = st.text(alphabet="0123456789abcdefABCDEFgx:.PCI +-_()", max_size=30)
+#: addresses and near misses (too few or many digits, letters past f, a function past 7)
+_PCI_LIKE = st.from_regex(r"(?:PCI:|pci:)?[0-9A-Ga-g]{3,9}:[0-9A-Ga-g]{1,3}:[0-9A-Ga-g]{1,3}"
+                          r"(?:\.[0-9])?", fullmatch=True)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.one_of(_PCI_TEXT, _PCI_LIKE), max_size=6))
+def test_a_pci_address_is_found_wherever_the_full_search_finds_one(parts: list[str]) -> None:
+    """The scan looks for an address in a new message only where the text has the ``:hh:hh``
+    each one has: whatever the text, what it finds is what PCI_ANY finds."""
+    from minutiae.node.sources.kernel_log.pci import PCI_ANY, pci_in
+
+    text = "".join(parts)
+    m = PCI_ANY.search(text)
+    assert pci_in(text) == (m.group(1) if m else None)

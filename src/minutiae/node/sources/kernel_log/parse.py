@@ -23,11 +23,11 @@ from typing import Protocol
 
 from minutiae.model.findings import LogEvent, Scalar
 from minutiae.node.sources.kernel_log.parse_prefix import Prefix, broadcast_body, split_prefix
-from minutiae.node.sources.kernel_log.pci import PCI_ANY, normalize_pci
+from minutiae.node.sources.kernel_log.pci import normalize_pci, pci_in
 from minutiae.node.sources.kernel_log.prefilter import (
     BROADCAST,
     compile_prefilter,
-    finder,
+    matcher,
     prefilter_patterns,
 )
 from minutiae.node.sources.kernel_log.state import YEARLESS, ScanState, continuations
@@ -73,6 +73,7 @@ class KernelLogParser:
         self.rules: tuple[LogRule, ...] = tuple(kernel_log_rules() if rules is None else rules)
         self.year = year
         self._prefilter = compile_prefilter(prefilter_patterns(self.rules))
+        self._match = matcher(self._prefilter)
         self._max_back = max((r.join_back for r in self.rules), default=0)
         self._provisional = frozenset(r.id for r in self.rules if r.provisional)
         masks: dict[str, int] = {}
@@ -82,8 +83,7 @@ class KernelLogParser:
         self._kw_plain = tuple((k, b) for k, b in masks.items() if not _has_digit(k))
         self._kw_digits = tuple((k, b) for k, b in masks.items() if _has_digit(k))
         self._shapes: dict[bytes, int] = {}  # message shape → its digitless keywords' rules
-        # keyword mask → rules (file order), and whether one of them joins earlier lines
-        self._cands: dict[int, tuple[tuple[LogRule, ...], bool]] = {}
+        self._cands: dict[int, tuple[LogRule, ...]] = {}  # keyword mask → rules (file order)
         self._matches: dict[str, Memo | None] = {}  # message → its event's fields; None: no rule
         self.repeats: Repeats | None = None
 
@@ -107,9 +107,9 @@ class KernelLogParser:
             if len(rest) > MAX_LINE:  # bounded memory whatever the input: a line is cut here
                 rest, skipping = rest[:MAX_LINE], True
             if cut >= 0:
-                yield from self._scan_block(data[:cut + 1], st)
+                yield from self._scan_block(data, cut + 1, st)  # (not a copy)
         if rest:
-            yield from self._scan_block(rest, st)
+            yield from self._scan_block(rest, len(rest), st)
         if st.held is not None:
             yield st.held
 
@@ -121,20 +121,21 @@ class KernelLogParser:
         for line in lines:
             block.append(line.rstrip("\n"))
             if len(block) >= BLOCK_LINES:
-                yield from self._scan_block(_encode("\n".join(block) + "\n"), st)
+                data = _encode("\n".join(block) + "\n")
+                yield from self._scan_block(data, len(data), st)
                 block.clear()
         if block:
-            yield from self._scan_block(_encode("\n".join(block) + "\n"), st)
+            data = _encode("\n".join(block) + "\n")
+            yield from self._scan_block(data, len(data), st)
         if st.held is not None:
             yield st.held
 
     # -- the scan -----------------------------------------------------------------------------
-    def _candidates(self, message: str) -> tuple[tuple[LogRule, ...], bool]:
-        """The rules (file order) with a keyword in ``message`` and whether one of them joins
-        earlier lines. Keywords without digits are looked for once per message *shape* (digits
-        masked): such a keyword is in every message of the same shape, and fleet logs vary in
-        their pids, addresses and counts, not their text; the few keywords with digits are
-        looked for each time."""
+    def _candidates(self, message: str) -> tuple[LogRule, ...]:
+        """The rules (file order) with a keyword in ``message``. Keywords without digits are
+        looked for once per message *shape* (digits masked): such a keyword is in every message
+        of the same shape, and fleet logs vary in their pids, addresses and counts, not their
+        text; the few keywords with digits are looked for each time."""
         shape = message.encode("utf-8", "surrogatepass").translate(_DIGITS)  # 10x str.translate
         mask = self._shapes.get(shape)
         if mask is None:
@@ -153,18 +154,18 @@ class KernelLogParser:
             rules = tuple(r for i, r in enumerate(self.rules) if mask >> i & 1)
             if len(self._cands) >= 4096:
                 self._cands.clear()
-            got = self._cands[mask] = rules, any(r.join_back for r in rules)
+            got = self._cands[mask] = rules
         return got
 
-    def _scan_block(self, buf: bytes, st: ScanState) -> Iterator[LogEvent]:
-        find = finder(self._prefilter)
+    def _scan_block(self, buf: bytes, n: int, st: ScanState) -> Iterator[LogEvent]:
+        """The events of the lines of ``buf[:n]`` (what follows ``n`` is not looked at)."""
+        match, anchor = self._match
         take = self.repeats.take if self.repeats is not None else None
-        n = len(buf)
         pos = 0
         counted = 0  # buffer offset up to which newlines are counted into ``line_no``
         line_no = st.line_no
         while pos < n:
-            hit = find(buf, pos)
+            hit = match(anchor, buf, pos, n)[0][0]
             if hit < 0:
                 break
             start = buf.rfind(b"\n", 0, hit) + 1
@@ -174,7 +175,7 @@ class KernelLogParser:
             line_no += buf.count(b"\n", counted, start)
             counted = start
             if end + 1 < n and buf[end + 1] == 0x20:  # continuation lines start with a space
-                conts, nxt = continuations(buf, end)
+                conts, nxt = continuations(buf, end, n)
             else:
                 if take is not None and st.held is None and take(buf, start, end, line_no + 1, st):
                     pos = end + 1
@@ -190,14 +191,14 @@ class KernelLogParser:
             else:
                 pos = end + 1
         line_no += buf.count(b"\n", counted, n)
-        if n and buf[-1] != 0x0A:
+        if n and buf[n - 1] != 0x0A:
             line_no += 1
         st.line_no = line_no
         if st.held is not None and line_no + 1 - st.held.line_no > PROVISIONAL_LINES:
             yield st.held
             st.held = None
         if self._max_back:
-            st.keep_tail(buf, self._max_back)
+            st.keep_tail(buf, n, self._max_back)
 
     def _emit(self, ev: LogEvent, st: ScanState) -> Iterator[LogEvent]:
         """``ev`` in order; a held provisional event first, unless ``ev`` (same kind, within
@@ -242,7 +243,7 @@ class KernelLogParser:
             single, memo = self.match_single(message)
             if single:
                 return self._memo_event(memo, message, pre, line, line_no, st), used
-        for rule in self._candidates(message)[0]:
+        for rule in self._candidates(message):
             text, first_no, full = message, line_no, line
             if rule.join_back:
                 joined = self._join(buf, start, rule, st)
@@ -271,20 +272,20 @@ class KernelLogParser:
         """The rule match of a single-line message, memoised by message (a fleet log repeats
         the same message thousands of times: one regex pass for all of them): (True, its
         event's fields, or None when no rule matches), or (False, None) when a rule that joins
-        earlier lines may apply."""
+        earlier lines comes before the first rule that matches (file order, as :meth:`_event`
+        tries them: an Xid 79 line, which says "fallen off the bus", is the Xid rule's, and the
+        old three-line rule after it is never tried)."""
         memo = self._matches.get(message, _MISS)
         if memo is not _MISS:
             return True, memo
-        cands, joins = self._candidates(message)
-        if joins:
-            return False, None
-        for rule in cands:
+        memo = None
+        for rule in self._candidates(message):
+            if rule.join_back:  # its match depends on the lines before this one
+                return False, None
             m = rule.pattern.search(message)
             if m is not None:
                 memo = self._fields(rule, m, message, {})
                 break
-        else:
-            memo = None
         if len(self._matches) >= 4096:
             self._matches.clear()
         self._matches[message] = memo
@@ -328,8 +329,7 @@ class KernelLogParser:
                 code = None
         pci = normalize_pci(groups.get("pci"))
         if pci is None:
-            pm = PCI_ANY.search(text)
-            pci = normalize_pci(pm.group(1)) if pm else None
+            pci = normalize_pci(pci_in(text))
         if pci is None and isinstance(extra.get("device"), str):
             pci = normalize_pci(str(extra["device"]))
         attrs: dict[str, Scalar] = dict(rule.attrs)

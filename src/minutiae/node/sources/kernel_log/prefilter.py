@@ -39,20 +39,18 @@ def compile_prefilter(words: Sequence[str]) -> Any:
     return re.compile(alternation)
 
 
-def finder(prefilter: Any) -> Callable[[bytes, int], int]:
-    """``find(buf, pos)`` → offset of the next keyword hit, or -1 (re2's own ``Match`` when
-    it is there: its Python wrapper costs ~5 µs a call, which a dense log pays per line)."""
+def matcher(prefilter: Any) -> tuple[Callable[[Any, bytes, int, int], list[tuple[int, int]]],
+                                     Any]:
+    """``(match, anchor)``: ``match(anchor, buf, pos, endpos)[0][0]`` is the offset of the next
+    keyword hit in ``buf[pos:endpos]``, or -1 — re2's own ``Match`` when it is there (its Python
+    wrapper costs ~5 µs a call, and even a Python function around ``Match`` costs more than the
+    call itself: a dense log pays it per matching line, so the scan calls this directly)."""
     rx = getattr(prefilter, "_regexp", None)
     if rx is not None and _re2 is not None:
-        match, anchor = rx.Match, _re2._Anchor.UNANCHORED
-
-        def find_re2(buf: bytes, pos: int) -> int:
-            start: int = match(anchor, buf, pos, len(buf))[0][0]
-            return start
-        return find_re2
+        return rx.Match, _re2._Anchor.UNANCHORED
     search = prefilter.search
 
-    def find_re(buf: bytes, pos: int) -> int:
-        m = search(buf, pos)
-        return -1 if m is None else int(m.start())
-    return find_re
+    def match_re(_: Any, buf: bytes, pos: int, endpos: int) -> list[tuple[int, int]]:
+        m = search(buf, pos, endpos)
+        return [(-1, -1)] if m is None else [m.span()]
+    return match_re, None

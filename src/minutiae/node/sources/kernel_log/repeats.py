@@ -82,28 +82,42 @@ class RepeatCounter:
                 continue
             shape = buf[start:at].translate(_MASK)
             seen = self._seen.get((shape, buf[at:end]))
-            if seen is not None:  # this message after this prefix shape, counted before
+            if seen is None:
+                form = self._forms.get(shape)
+                if form is not None:
+                    return self._first(form, shape, buf, start, at, end, line_no, st)
+                continue
+            acc = seen[4]
+            if acc is None:  # not tallied: no rule, or a plan per line
                 return self._again(seen, buf, start, at, end, line_no, st)
-            form = self._forms.get(shape)
-            if form is not None:
-                return self._first(form, shape, buf, start, at, end, line_no, st)
+            # a plain rule's repeat (most of a dense log's hits): tallied here, given to the
+            # sink by flush(); its time read inline when the stamp is ISO (the common form)
+            form = seen[0]
+            offset = form[3]
+            if offset >= 0:
+                stamp = buf[start + form[1]:start + form[2]].decode("latin-1")
+                t = iso_time(stamp, stamp[len(stamp) - offset:] if offset else None)
+            else:
+                t = self._time(form, buf, start, at, st)
+            acc[0] += 1
+            if t is not None:
+                lo = acc[1]
+                if lo is None or t < lo:
+                    acc[1] = t
+                hi = acc[2]
+                if hi is None or t > hi:
+                    acc[2] = t
+            acc[3] = line_no
+            return True
         return False
 
     def _again(self, seen: _Seen, buf: bytes, start: int, at: int, end: int, line_no: int,
                st: ScanState) -> bool:
-        form, _, memo, plan, acc = seen
+        """A line of a message after a prefix shape seen before that is not tallied."""
+        form, _, memo, plan, _ = seen
         if plan is None or memo is None:
             return True  # no rule matches: no event
         t = self._time(form, buf, start, at, st)
-        if acc is not None:  # a plain rule: tallied, given to the sink by flush()
-            acc[0] += 1
-            if t is not None:
-                if acc[1] is None or t < acc[1]:
-                    acc[1] = t
-                if acc[2] is None or t > acc[2]:
-                    acc[2] = t
-            acc[3] = line_no
-            return True
         if not isinstance(plan, GroupPlan):  # Counted.PER_LINE: a catalog rule
             plan = self._line_plan(memo, t)
         if plan.severity >= self._floor:

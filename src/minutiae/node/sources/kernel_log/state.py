@@ -46,10 +46,10 @@ class ScanState:
         out.reverse()
         return out
 
-    def keep_tail(self, buf: bytes, k: int) -> None:
-        """Keep the last ``k`` lines of a block for the next block's :meth:`before`."""
-        n = len(buf)
-        lines, _ = _lines_back(buf, n - 1 if n and buf[-1] == 0x0A else n, k)
+    def keep_tail(self, buf: bytes, n: int, k: int) -> None:
+        """Keep the last ``k`` lines of a block (``buf[:n]``) for the next block's
+        :meth:`before`."""
+        lines, _ = _lines_back(buf, n - 1 if n and buf[n - 1] == 0x0A else n, k)
         lines.reverse()
         self.tail = (self.tail + lines)[-k:]
 
@@ -64,13 +64,12 @@ def _lines_back(buf: bytes, end: int, k: int) -> tuple[list[bytes], int]:
     return out, end
 
 
-def continuations(buf: bytes, end: int) -> tuple[list[bytes], int]:
-    """The lines after offset ``end`` (a line end) that start with a space (/dev/kmsg
-    dictionary lines, a wall broadcast's body), and where they end."""
-    n = len(buf)
+def continuations(buf: bytes, end: int, n: int) -> tuple[list[bytes], int]:
+    """The lines after offset ``end`` (a line end) of ``buf[:n]`` that start with a space
+    (/dev/kmsg dictionary lines, a wall broadcast's body), and where they end."""
     conts: list[bytes] = []
     while end + 1 < n and buf[end + 1] == 0x20:
-        e = buf.find(b"\n", end + 1)
+        e = buf.find(b"\n", end + 1, n)
         e = n if e < 0 else e
         conts.append(buf[end + 1:e])
         end = e
