@@ -213,7 +213,7 @@ def _missing(found: list[_Found], gpu_f: list[_Found]) -> list[str]:
 def parse_hwloc_xml(data: str | bytes, where: str | None = None) -> NodeTopology:
     try:
         root = ET.fromstring(data)
-    except ET.ParseError as exc:
+    except (ET.ParseError, ValueError, LookupError) as exc:  # LookupError: encoding="bogus"
         raise ParseError(f"not well-formed XML ({exc})", where) from None
     if root.tag != "topology":
         raise ParseError(f"not an hwloc topology (root element <{root.tag}>)", where)

@@ -72,7 +72,7 @@ class _Dev:
 def _root(data: str | bytes, where: str | None, notes: list[str]) -> ET.Element:
     try:
         root = ET.fromstring(data)
-    except ET.ParseError as exc:
+    except (ET.ParseError, ValueError, LookupError) as exc:  # LookupError: encoding="bogus"
         raise ParseError(f"not well-formed XML ({exc})", where) from None
     if root.tag == "graphs":
         raise ParseError("this is an NCCL graph file (NCCL_GRAPH_FILE: ring/tree channels), "

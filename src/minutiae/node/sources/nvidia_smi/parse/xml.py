@@ -79,7 +79,7 @@ def parse_nvidia_smi_xml(data: bytes | str, where: str = "nvidia-smi -q -x") -> 
         root = ET.fromstring(data)  # noqa: S314
     except ET.ParseError as exc:
         raise ParseError(f"not nvidia-smi XML ({exc})", where) from None
-    except ValueError as exc:  # e.g. str with an encoding declaration
+    except (ValueError, LookupError) as exc:  # str with an encoding declaration; unknown encoding
         raise ParseError(f"not nvidia-smi XML ({exc})", where) from None
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"root element is <{root.tag}>, expected <nvidia_smi_log>", where)
