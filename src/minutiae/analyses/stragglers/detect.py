@@ -271,17 +271,8 @@ class SeriesDetector:
             np.copyto(t.start, steps[0], where=fresh)
         runs = [t.run(z, missing, r, None if missing is None else ok, (cum_r, cum_n))
                 for t in tests]
-        first = np.full(n_cols, n_steps, dtype=np.int64)
-        which = np.full(n_cols, -1, dtype=np.int8)
         waiting = self.alarm_step < 0
-        for d, t in enumerate(self.tests):
-            stat = runs[d][0]
-            cand = np.flatnonzero(waiting & (stat.max(axis=0) > t.h))
-            if cand.size:
-                at = (stat[:, cand] > t.h).argmax(axis=0)
-                better = at < first[cand]
-                first[cand[better]] = at[better]
-                which[cand[better]] = d
+        first, which = self._first_alarms(runs, waiting, n_steps)
         sh = None if self.noise.model.white else self.shift.merge(  # level shift: ``shift.py``
             z, r, None if missing is None else ok, steps, self.noise.model, waiting, first, which)
         new = np.flatnonzero(first < n_steps)
@@ -326,6 +317,23 @@ class SeriesDetector:
             t.carry(stat, last, acc_r, acc_n, steps)
         self._seen(r, steps, ok, missing)
         return new
+
+    def _first_alarms(self, runs: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                      waiting: np.ndarray,
+                      n_steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per rank still waiting: the block row of its first alarm over the alarm tests
+        (``n_steps``: none) and which test raised it (-1: none)."""
+        first = np.full(waiting.size, n_steps, dtype=np.int64)
+        which = np.full(waiting.size, -1, dtype=np.int8)
+        for d, t in enumerate(self.tests):
+            stat = runs[d][0]
+            cand = np.flatnonzero(waiting & (stat.max(axis=0) > t.h))
+            if cand.size:
+                at = (stat[:, cand] > t.h).argmax(axis=0)
+                better = at < first[cand]
+                first[cand[better]] = at[better]
+                which[cand[better]] = d
+        return first, which
 
     def _seen(self, r: np.ndarray, steps: np.ndarray, ok: np.ndarray,
               missing: np.ndarray | None) -> None:
