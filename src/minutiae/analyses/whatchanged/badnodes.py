@@ -30,7 +30,7 @@ from scipy import sparse
 from scipy.sparse.linalg import LinearOperator, lsqr
 
 from minutiae.analyses.regress.detect import robust_sigma
-from minutiae.analyses.whatchanged.stats import DAY, F64, Panel, make_panel
+from minutiae.analyses.whatchanged.stats import DAY, F64, Panel, make_panel, membership
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +52,8 @@ BAD_NODES = BadNodeParams()
 
 def _incidence(panel: Panel, days: float) -> tuple[sparse.csr_matrix, np.ndarray, np.ndarray]:
     """Run × (node, period) incidence, the node of each cell, and the runs per cell."""
-    names: dict[str, int] = {}
-    runs, nodes = [], []
-    for j, r in enumerate(panel.runs):
-        for nd in r.nodes:
-            runs.append(j)
-            nodes.append(names.setdefault(nd, len(names)))
-    run = np.array(runs, dtype=np.int64)
-    node = np.array(nodes, dtype=np.int64)
+    mem = membership(panel)
+    run, node = mem.run, mem.node
     period = np.floor((panel.t - panel.t.min()) / (days * DAY)).astype(np.int64)
     n_per = int(period.max()) + 1
     cells, cell = np.unique(node * n_per + period[run], return_inverse=True)

@@ -21,7 +21,14 @@ import numpy as np
 from minutiae.analyses.whatchanged.badnodes import BAD_NODES, BadNodeParams, runs_kept
 from minutiae.analyses.whatchanged.groups import GroupSplit, label_of, split_rollout
 from minutiae.analyses.whatchanged.rule import RULE, CauseRule
-from minutiae.analyses.whatchanged.stats import Effect, Panel, fe_joint, make_panel
+from minutiae.analyses.whatchanged.stats import (
+    Effect,
+    Membership,
+    Panel,
+    fe_joint,
+    make_panel,
+    membership,
+)
 from minutiae.history.record import STACK_KEYS, RunRecord
 from minutiae.history.rollouts import Rollout
 
@@ -93,29 +100,7 @@ class RolloutVerdict:
                 "missing": self.missing, "summary": self.summary()}
 
 
-@dataclass(frozen=True, slots=True)
-class _Membership:
-    """(run, node) pairs of the panel as flat arrays, for vectorised exposure."""
-
-    run: np.ndarray
-    node: np.ndarray
-    names: dict[str, int]
-    per_run: np.ndarray
-
-
-def _membership(panel: Panel) -> _Membership:
-    names: dict[str, int] = {}
-    runs, nodes = [], []
-    for j, r in enumerate(panel.runs):
-        for nd in r.nodes:
-            runs.append(j)
-            nodes.append(names.setdefault(nd, len(names)))
-    run = np.array(runs, dtype=np.int64)
-    return _Membership(run, np.array(nodes, dtype=np.int64), names,
-                       np.bincount(run, minlength=len(panel.runs)))
-
-
-def _exposure_from_nodes(panel: Panel, mem: _Membership, ro: Rollout) -> tuple[np.ndarray, np.ndarray]:
+def _exposure_from_nodes(panel: Panel, mem: Membership, ro: Rollout) -> tuple[np.ndarray, np.ndarray]:
     at = np.full(len(mem.names), np.inf)
     for nd, t in ro.at.items():
         if nd in mem.names:
@@ -151,10 +136,10 @@ def _exposures(panel: Panel, ros: Sequence[Rollout],
     field is empty (unknown, not "old": they get their own level in the fits)."""
     n = len(panel.runs)
     anys, alls, missing = [], [], []
-    mem: _Membership | None = None
+    mem: Membership | None = None
     for ro in ros:
         if ro.at and any(r.nodes for r in panel.runs):
-            mem = mem or _membership(panel)
+            mem = mem or membership(panel)
             a, b = _exposure_from_nodes(panel, mem, ro)
             miss = np.zeros(n)
         else:

@@ -168,3 +168,26 @@ def fe_joint(panel: Panel, xs: F64) -> list[Effect | None]:
         n_with = int((xs[keep, j] > 0).sum())
         out[j] = Effect(math.expm1(float(beta[col])), p, se, n_with, int(keep.sum()) - n_with)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """(run, node) pairs of the panel as flat arrays (rollout exposure, bad-node cells), the
+    node index of each name, and the number of nodes of each run."""
+
+    run: np.ndarray
+    node: np.ndarray
+    names: dict[str, int]
+    per_run: np.ndarray
+
+
+def membership(panel: Panel) -> Membership:
+    names: dict[str, int] = {}
+    runs, nodes = [], []
+    for j, r in enumerate(panel.runs):
+        for nd in r.nodes:
+            runs.append(j)
+            nodes.append(names.setdefault(nd, len(names)))
+    run = np.array(runs, dtype=np.int64)
+    return Membership(run, np.array(nodes, dtype=np.int64), names,
+                      np.bincount(run, minlength=len(panel.runs)))
