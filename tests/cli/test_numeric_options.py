@@ -34,6 +34,7 @@ CASES = [
     ([*SIM, "--rate-scale", "12345678901234567890"], "--rate-scale"),
     ([*SIM, "--noise-scale", "nan"], "--noise-scale"),
     (["demo", "--nodes", "2", "--days", "nan", "--quiet", "--out", "{out}"], "--days"),
+    (["check", "--no-nvml", "--slurm", "--slurm-timeout", "nan"], "--slurm-timeout"),
 ]
 
 
