@@ -4,6 +4,7 @@ node's: 403), can do nothing else; rotation = two lines for a node, then drop th
 from __future__ import annotations
 
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -66,3 +67,19 @@ def test_a_nodes_token_posts_its_own_reports_only(tmp_path: Path) -> None:
 def test_bad_token_files_name_the_line(text: str, why: str) -> None:
     with pytest.raises(ConfigError, match=why):
         parse_agent_tokens(text, "agent-tokens")
+
+
+def test_an_endless_or_binary_tokens_file_is_refused_bounded(tmp_path: Path) -> None:
+    """On main /dev/zero was read whole (a MemoryError traceback out of serve) and a binary
+    file went to the line parser."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))  # main: a MemoryError, not the machine
+    try:
+        with pytest.raises(ConfigError, match="/dev/zero: cannot read agent tokens: binary data"):
+            AgentTokens("/dev/zero")
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    p = tmp_path / "tokens"
+    p.write_bytes(b"gpu001 " + b"\0" * 40)
+    with pytest.raises(ConfigError, match="binary data"):
+        AgentTokens(p)

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from fuzz_hostile import MAX_RSS_MB, make_corpus, run_cli
 
+ROOT = Path(__file__).parents[2]
+
 CASES = [
     (["stragglers"], "rank 2**32", "rank id 4294967296"),
     (["stragglers"], "/dev/zero", "/dev/zero"),
@@ -19,6 +21,13 @@ CASES = [
     (["check", "--no-nvml", "--kmsg"], "/dev/zero", ""),
     # it read the whole 2 GiB into one growing line (quadratic copies: 30 CPU s, 439 MB, killed)
     (["check", "--no-nvml", "--kmsg"], "2 GiB sparse", ""),
+    # read whole on main (MemoryError under the 8 GiB cap of test_corpus_every_command)
+    (["serve", "--config"], "/dev/zero", "cannot read config"),
+    (["unpause", "--controller", "http://127.0.0.1:1", "--token-file"], "/dev/zero",
+     "cannot read token"),
+    (["stragglers", "--follow", "--idle-exit", "1"], "/dev/zero", "not a regular file"),
+    (["topo", "--from", "tests/data/nccl_topo_public/oci-bm-gpu-h100-8-topology.xml", "--check",
+      "--expect"], "/dev/zero", "binary data"),
 ]
 
 
@@ -30,6 +39,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.parametrize(("cmd", "name", "says"), CASES, ids=[f"{c[0]}-{n}" for c, n, _ in CASES])
 def test_hostile_input_is_one_line_exit_3_bounded(corpus: dict[str, Path], tmp_path: Path,
                                                    cmd: list[str], name: str, says: str) -> None:
+    cmd = [str(ROOT / c) if c.startswith("tests/") else c for c in cmd]
     r = run_cli([*cmd, str(corpus[name])], tmp_path)
     assert not r.hung and not r.traceback, r.stderr[-2000:]
     assert r.rc == 3, (r.rc, r.stderr[-500:])

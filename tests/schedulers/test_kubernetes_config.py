@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import re
+import resource
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -96,6 +99,40 @@ def test_bad_kubeconfig_names_the_file(tmp_path: Path, text: str, needle: str) -
 def test_missing_kubeconfig(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="nope.*cannot read kubeconfig"):
         load_kubeconfig(tmp_path / "nope")
+
+
+@contextlib.contextmanager
+def capped() -> Iterator[None]:
+    """An address-space cap: on main an endless read is a MemoryError, not the machine's."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    (None, "binary data"),                       # /dev/zero: on main read whole, a MemoryError
+    ("[" * 200_000 + "]" * 200_000, "not valid YAML (RecursionError)"),   # main: a traceback
+    ("x" * (17 << 20), "larger than"),            # refused from its size, never read
+], ids=["dev-zero", "deep-nesting", "17-MiB"])
+def test_a_hostile_kubeconfig_is_a_config_error(tmp_path: Path, content: str | None,
+                                                needle: str) -> None:
+    p = Path("/dev/zero") if content is None else tmp_path / "kubeconfig"
+    if content is not None:
+        p.write_text(content)
+    with capped(), pytest.raises(ConfigError, match=f"{p}.*{re.escape(needle)}"):
+        load_kubeconfig(p)
+
+
+def test_an_endless_token_file_in_a_kubeconfig_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "kubeconfig"
+    p.write_text("contexts: [{name: a, context: {cluster: c, user: u}}]\n"
+                 "clusters: [{name: c, cluster: {server: 'https://x'}}]\n"
+                 "users: [{name: u, user: {tokenFile: /dev/zero}}]\ncurrent-context: a\n")
+    with capped(), pytest.raises(ConfigError, match="tokenFile /dev/zero: binary data"):
+        load_kubeconfig(p)
 
 
 @settings(max_examples=150, deadline=None)

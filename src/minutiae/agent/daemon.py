@@ -66,12 +66,12 @@ def run_agent(o: AgentOptions) -> None:
     metrics = AgentMetrics()
     if o.metrics_listen:
         host, _, port = o.metrics_listen.rpartition(":")
-        if not port.isdigit():
+        if not (port.isascii() and port.isdigit() and int(port) < 65536):
             raise ConfigError(f"--metrics-listen: expected HOST:PORT, got {o.metrics_listen!r}")
         try:
             start_http_server(int(port), addr=host or "0.0.0.0", registry=metrics.registry)
-        except OSError as exc:
-            raise ConfigError(f"--metrics-listen {o.metrics_listen}: {exc.strerror or exc}"
+        except (OSError, ValueError) as exc:   # ValueError: a host name IDNA cannot encode
+            raise ConfigError(f"--metrics-listen {o.metrics_listen}: {getattr(exc, 'strerror', None) or exc}"
                               ) from None
     pusher = Pusher(o.controller, o.token, clock) if o.controller else None
     agent = Agent(AgentConfig(node, o.interval_s, state, o.domains), check, clock, pusher,

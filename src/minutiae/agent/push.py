@@ -36,6 +36,7 @@ from typing import Any, Protocol
 import httpx
 
 from minutiae.clock import Clock
+from minutiae.errors import ConfigError
 
 
 class Transport(Protocol):
@@ -141,6 +142,12 @@ class Pusher:
         urls = [u.strip() for u in (url.split(",") if isinstance(url, str) else url)]
         #: every controller replica's report URL; ``url`` is the one in use
         self.urls = [u.rstrip("/") + "/v1/reports" for u in urls if u] or ["/v1/reports"]
+        for u in self.urls:   # a newline in --controller: InvalidURL on every cycle, for ever
+            try:
+                httpx.URL(u)
+            except httpx.InvalidURL as exc:
+                raise ConfigError(f"--controller {u.removesuffix('/v1/reports')!r}: {exc}"
+                                  ) from None
         self._at = 0
         self.headers = {"Authorization": f"Bearer {token}"}
         self.clock = clock

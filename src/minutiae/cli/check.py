@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from minutiae.cli.numbers import Finite
 from minutiae.model import Status
 from minutiae.node.config import click_options, config_from_options
 
@@ -29,7 +30,7 @@ _STYLE = {"ok": "green", "warning": "yellow", "critical": "bold red", "unknown":
 @click.option("--slurm", is_flag=True, help="Drain this node on a fault that needs reset_gpu or more; "
               "resume it when healthy if minutiae drained it (never an admin's drain).")
 @click.option("--slurm-conf", default=None, help="slurm.conf path (default $SLURM_CONF).")
-@click.option("--slurm-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
+@click.option("--slurm-timeout", type=Finite(1, 600), default=30.0, show_default=True,
               help="Seconds to wait for scontrol.")
 def command(as_json: bool, state_file: Path | None, node: str | None, slurm: bool, slurm_conf: str | None,
             slurm_timeout: float, **sources: Any) -> int:

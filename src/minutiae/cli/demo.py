@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from minutiae.cli.numbers import Finite
 from minutiae.sim.api import DEMO_RATE_SCALE, run_sim
 from minutiae.sim.demo import write_report
 from minutiae.sim.eval.evaluate import evaluate
@@ -17,15 +18,15 @@ from minutiae.sim.eval.report_text import console, scorecard
 @click.command("demo")
 @click.option("--nodes", default=128, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 16))
-@click.option("--days", default=3.0, show_default=True, type=click.FloatRange(0.01, 366))
-@click.option("--seed", default=1, show_default=True, type=int)
+@click.option("--days", default=3.0, show_default=True, type=Finite(0.01, 366))
+@click.option("--seed", default=1, show_default=True, type=click.IntRange(0, 2**63 - 1))
 @click.option("--out", default=Path("demo-out"), show_default=True, type=click.Path(path_type=Path),
               help="dataset directory")
 @click.option("--report", default=Path("minutiae-report"), show_default=True,
               type=click.Path(path_type=Path), help="report directory (index.html)")
-@click.option("--rate-scale", default=DEMO_RATE_SCALE, show_default=True, type=click.FloatRange(0),
+@click.option("--rate-scale", default=DEMO_RATE_SCALE, show_default=True, type=Finite(0, 1000),
               help="fault rates x this (the literature rates give ~1 fault per 3 days on 128 nodes)")
-@click.option("--noise-scale", default=None, type=click.FloatRange(0),
+@click.option("--noise-scale", default=None, type=Finite(0, 1000),
               help="must-not-alarm event rates x this [default: the same as --rate-scale]")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 def command(nodes: int, gpus_per_node: int, days: float, seed: int, out: Path, report: Path,

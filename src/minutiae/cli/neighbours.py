@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from minutiae.cli.numbers import Finite
 from minutiae.errors import ConfigError
 
 
@@ -17,9 +18,9 @@ from minutiae.errors import ConfigError
               help="A process of the job (repeatable); its descendants belong to the job too.")
 @click.option("--proc-root", default="/proc", show_default=True, metavar="DIR")
 @click.option("--cgroup-root", default="/sys/fs/cgroup", show_default=True, metavar="DIR")
-@click.option("--interval", type=float, default=1.0, show_default=True,
+@click.option("--interval", type=Finite(0, 3600), default=1.0, show_default=True,
               help="Seconds between the two samples for CPU share (0: no sampling).")
-@click.option("--min-share", type=float, default=0.01, show_default=True,
+@click.option("--min-share", type=Finite(min=0), default=0.01, show_default=True,
               help="CPU share (1.0 = one CPU) above which an unpinned process counts.")
 @click.option("--json", "as_json", is_flag=True)
 def command(job_cpus: str | None, pids: tuple[int, ...], proc_root: str, cgroup_root: str,

@@ -10,11 +10,14 @@ from typing import Any
 import click
 
 from minutiae.cli.tokens import read_token
-from minutiae.errors import ConfigError
+from minutiae.errors import ConfigError, InputError
+from minutiae.inputs import read_text
 from minutiae.schedulers import serve_backends
 
 #: the config file read when --config is not given (and it exists)
 DEFAULT_CONFIG = "/etc/minutiae/minutiae.toml"
+#: a config file is a few lines: past this it is not one (and is never read whole)
+MAX_CONFIG = 1 << 20
 #: [controller] keys → this command's parameters
 _KEYS = {"listen": "listen", "db": "db", "policy": "policy_path", "backend": "backend",
          "slurm_conf": "slurm_conf", "kubeconfig": "kubeconfig", "act": "act",
@@ -32,10 +35,11 @@ def config_defaults(path: str | None) -> dict[str, Any]:
     if path is None and not p.exists():
         return {}
     try:
-        data = tomllib.loads(p.read_text("utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read config: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data = tomllib.loads(read_text(p, limit=MAX_CONFIG, what="config file"))
+    except InputError as exc:   # bounded: /dev/zero, a log given by mistake
+        why = str(exc).removeprefix(f"{p}: ")
+        raise ConfigError(f"{p}: cannot read config: {why}") from None
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: not valid TOML: {exc}") from None
     table = data.get("controller", {})
     if not isinstance(table, dict):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from minutiae.cli.numbers import Finite
 from minutiae.sim.api import DEFAULT_START, parse_rates, run_sim
 from minutiae.sim.eval.progress import progress_bar
 
@@ -13,14 +14,14 @@ from minutiae.sim.eval.progress import progress_bar
 @click.command("sim")
 @click.option("--nodes", default=256, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 16))
-@click.option("--days", default=7.0, show_default=True, type=click.FloatRange(0.01, 366))
-@click.option("--seed", default=1, show_default=True, type=int)
+@click.option("--days", default=7.0, show_default=True, type=Finite(0.01, 366))
+@click.option("--seed", default=1, show_default=True, type=click.IntRange(0, 2**63 - 1))
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="dataset directory")
 @click.option("--profile", type=click.Path(path_type=Path), default=None,
               help="fault profile TOML (default: the packaged literature profile)")
-@click.option("--rate-scale", default=1.0, show_default=True, type=click.FloatRange(0),
+@click.option("--rate-scale", default=1.0, show_default=True, type=Finite(0, 1000),
               help="multiply every fault rate")
-@click.option("--noise-scale", default=None, type=click.FloatRange(0),
+@click.option("--noise-scale", default=None, type=Finite(0, 1000),
               help="multiply the must-not-alarm event rates (app Xids, planned reboots, teardown "
                    "lines) [default: the same as --rate-scale]")
 @click.option("--rate", "rates", multiple=True, metavar="CLASS=VALUE", help="set one class's rate")

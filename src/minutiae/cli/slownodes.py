@@ -92,7 +92,10 @@ def command(directory: Path | None, prom_url: str | None, since: str, step: str,
 
         assert prom_url is not None
         end = SystemClock().now()
-        results = fetch_dcgm(Prometheus(prom_url), end - _seconds(since), end, _seconds(step),
+        step_s = _seconds(step)
+        if step_s <= 0:   # Prometheus.query_range raised ValueError: a traceback
+            raise ConfigError(f"--step must be more than 0 s, got {step!r}")
+        results = fetch_dcgm(Prometheus(prom_url), end - _seconds(since), end, step_s,
                              DCGM_COLUMNS)
         if "sm_clock_mhz" not in results:
             from minutiae.errors import DataError

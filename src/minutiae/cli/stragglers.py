@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from minutiae.cli.numbers import Finite
 from minutiae.clock import SystemClock
 
 if TYPE_CHECKING:
@@ -92,12 +93,12 @@ def _table(report: StragglerReport) -> None:
 @click.option("--follow", is_flag=True, help="stream a growing CSV and report suspects as found")
 @click.option("--fleet", type=click.Path(path_type=Path), help="fleet.csv (node,leaf) for leaf localisation")
 @click.option("--warmup", default=20, show_default=True, help="calibration steps")
-@click.option("--false-alarms", default=0.1, show_default=True,
+@click.option("--false-alarms", default=0.1, show_default=True, type=Finite(0, 1000, min_open=True),
               help="target false alarms per 1,000 node-days (sets the thresholds)")
-@click.option("--ranks-per-node", type=int, help="default: from the node column, else 8")
-@click.option("--idle-exit", type=float, default=0.0,
+@click.option("--ranks-per-node", type=click.IntRange(min=1), help="default: from the node column, else 8")
+@click.option("--idle-exit", type=Finite(0, 1e9), default=0.0,
               help="with --follow: stop after this many seconds without new rows (0: never)")
-@click.option("--poll", type=float, default=0.2, show_default=True, help="--follow poll interval (s)")
+@click.option("--poll", type=Finite(0.001, 3600), default=0.2, show_default=True, help="--follow poll interval (s)")
 @click.option("--min-slowdown", default=0.03, show_default=True,
               help="floor a suspect must reach (0.03 = 3 %); slower GPUs below it are listed")
 @click.option("--layout", "layout_text", metavar="tp=N,pp=N,dp=N[,cp=N][,ep=N][,order=O]",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from dataclasses import replace
 from typing import Any
@@ -92,6 +93,21 @@ def guarded_protocol(header_timeout: float, max_header: int = MAX_HEADER_BYTES) 
     return Guarded
 
 
+def header_timeout(text: str | None) -> float:
+    """``$MINUTIAE_HEADER_TIMEOUT_S`` (unset: ``HEADER_TIMEOUT_S``): seconds in (0, 3600], else
+    ConfigError (``float()`` of a bad value was a ValueError traceback out of serve)."""
+    if text is None:
+        return HEADER_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 3600:   # NaN fails too
+        raise ConfigError(f"MINUTIAE_HEADER_TIMEOUT_S: expected seconds in (0, 3600], "
+                          f"got {text[:40]!r}")
+    return value
+
+
 def http_limits() -> dict[str, Any]:
     """The uvicorn settings that bound what clients can hold: header deadline and size (the
     protocol above), idle keep-alive, a connection cap."""
@@ -100,8 +116,7 @@ def http_limits() -> dict[str, Any]:
     except ImportError:
         http: Any = "h11"
     else:
-        timeout = float(os.environ.get("MINUTIAE_HEADER_TIMEOUT_S", HEADER_TIMEOUT_S))
-        http = guarded_protocol(timeout)
+        http = guarded_protocol(header_timeout(os.environ.get("MINUTIAE_HEADER_TIMEOUT_S")))
     return {"http": http, "timeout_keep_alive": KEEP_ALIVE_S,
             "limit_concurrency": connection_cap(),
             "h11_max_incomplete_event_size": MAX_HEADER_BYTES}

@@ -41,6 +41,8 @@ def fetch_runs(url: str, start: float, end: float, metric: str = DEFAULT_METRIC,
                      params={"query": metric, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
     except httpx.HTTPError as exc:
         raise SourceUnavailable(url, f"Prometheus unreachable: {exc}") from None
+    except httpx.InvalidURL as exc:   # not an HTTPError: a newline in --prom
+        raise ParseError(f"not a URL: {exc}", repr(url)) from None
     finally:
         if own:
             c.close()

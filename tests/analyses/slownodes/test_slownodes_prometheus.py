@@ -162,3 +162,11 @@ def test_contract_with_real_prometheus(prom_url: str, prom_targets: str,
     assert s["deficit"] == pytest.approx(1 - 1755 / 1978.5, abs=0.002)
     assert s["reasons"] == ["HW slowdown", "HW thermal slowdown"]
     assert "+28 C vs peers" in s["evidence"]
+
+
+@pytest.mark.parametrize("step", ["0", "0s", "0m"])
+def test_a_zero_step_is_one_line_exit_3(step: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """On main ``--step 0`` reached ``query_range``'s ValueError: a traceback."""
+    assert main(["slownodes", "--prometheus", "http://127.0.0.1:1", "--step", step]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"minutiae: error: --step must be more than 0 s, got {step!r}"], err

@@ -316,3 +316,25 @@ def test_every_rule_names_the_device_or_node() -> None:
     numa = [f for f in check_topology(planted["gpus.per_numa"]).findings  # type: ignore[arg-type]
             if f.kind == "numa_unbalanced"]
     assert numa and "GPU3" in numa[0].message and "GPU0" in numa[0].message, numa
+
+
+@pytest.mark.parametrize("bad", ["/dev/zero", "binary"])
+def test_cli_expect_an_endless_or_binary_profile_is_one_line_exit_3(
+        bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--expect /dev/zero`` was read whole (a MemoryError traceback on main)."""
+    import resource
+
+    node = tmp_path / "n.json"
+    node.write_text(json.dumps(report(dgx_like_topology())))
+    prof = Path(bad) if bad.startswith("/") else tmp_path / "p.toml"
+    if not bad.startswith("/"):
+        prof.write_bytes(b"[profile]\n\0\0\0")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))  # main: a MemoryError, not the machine
+    try:
+        rc = main(["topo", "--from", str(node), "--check", "--expect", str(prof)])
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 3 and len(err) == 1, err
+    assert err[0].startswith(f"minutiae: error: {prof}: binary data"), err

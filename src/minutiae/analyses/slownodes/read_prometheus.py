@@ -30,8 +30,8 @@ class Prometheus:
         where = f"{self.url}{path}"
         try:
             resp = self.client.get(where, params=params)
-        except httpx.HTTPError as exc:
-            raise SourceUnavailable(where, f"cannot reach Prometheus ({exc})") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:   # InvalidURL: a newline in it
+            raise SourceUnavailable(repr(where), f"cannot reach Prometheus ({exc})") from None
         try:
             body = resp.json()
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError):

@@ -10,11 +10,13 @@ from __future__ import annotations
 import csv
 import io
 import mmap
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minutiae.errors import InputError
-from minutiae.inputs import read_bounded
+from minutiae.inputs import MAX_NO_NEWLINE, read_bounded
 
 if TYPE_CHECKING:
     import polars as pl
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 
 #: a timing file (CSV, Parquet, training log) read whole; a stream gets inputs.STREAM_LIMIT
 MAX_TIMINGS_BYTES = 4 << 30
+#: bytes ``CsvTail.read`` takes at most per call (a file that grew by more: the rest next call)
+FOLLOW_CHUNK = 16 << 20
 
 
 def read_bytes(path: Path) -> bytes:
@@ -130,19 +134,27 @@ class CsvTail:
     def read(self) -> bytes:
         try:
             with self.path.open("rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # /dev/zero, a fifo
+                    raise InputError("not a regular file: --follow reads a growing CSV file",
+                                     str(self.path))
                 size = f.seek(0, io.SEEK_END)
                 if size < self.offset:  # truncated or replaced: start again
                     self.offset, self.header, self._partial = 0, None, b""
                 f.seek(self.offset)
-                chunk = f.read()
+                chunk = f.read(FOLLOW_CHUNK)   # the rest on the next call: memory stays bounded
         except FileNotFoundError:
             return b""
+        except IsADirectoryError:
+            raise InputError("is a directory, expected a CSV file", str(self.path)) from None
         except OSError as exc:
             raise InputError(f"cannot read ({exc.strerror or exc})", str(self.path)) from None
         self.offset += len(chunk)
         data = self._partial + chunk
         cut = data.rfind(b"\n")
         if cut < 0:
+            if len(data) > MAX_NO_NEWLINE:
+                raise InputError(f"no line end in {len(data)} bytes: not a CSV file",
+                                 str(self.path))
             self._partial = data
             return b""
         self._partial = data[cut + 1:]

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from minutiae import inputs
 from minutiae.analyses.topology.parse.detect import parse_topology
 from minutiae.analyses.topology.parse.sysfs import (
     IbDevInfo,
@@ -33,6 +34,8 @@ _PCI_ATTRS = ("class", "vendor", "device", "numa_node", "local_cpulist", "curren
 _MAX_FILE = 1 << 16
 #: the most bytes ``read_capture`` accepts (a 1,000-device hwloc XML is ~2 MB)
 MAX_CAPTURE = 64 << 20
+#: a profile TOML (``topo --expect``) is some KiB
+MAX_TEXT = 16 << 20
 
 
 def _read(path: Path, unreadable: list[str]) -> str | None:
@@ -177,13 +180,8 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def read_text(path: str | Path, what: str = "file") -> str:
-    p = Path(path)
-    try:
-        return p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"no such {what}", str(p)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {what} ({exc})", str(p)) from None
+    """A profile or rules file, read bounded (``minutiae.inputs``): /dev/zero is refused."""
+    return inputs.read_text(Path(path), limit=MAX_TEXT, what=what)
 
 
 def run_nvidia_smi_topo(timeout_s: float = 20.0) -> str | None:

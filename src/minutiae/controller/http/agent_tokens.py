@@ -15,10 +15,13 @@ import threading
 import time
 from pathlib import Path
 
-from minutiae.errors import ConfigError
+from minutiae.errors import ConfigError, InputError
+from minutiae.inputs import read_text
 from minutiae.schedulers.base import validate_node
 
 _HEX = re.compile(r"^sha256:([0-9a-f]{64})$")
+#: one line per node: 16 MiB is over 150,000 nodes (and bounds /dev/zero given by mistake)
+MAX_FILE = 16 << 20
 
 
 def token_hash(token: str) -> str:
@@ -67,10 +70,11 @@ class AgentTokens:
             mtime = os.stat(self.path).st_mtime
             if not force and mtime == self._mtime:
                 return
-            text = self.path.read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = read_text(self.path, limit=MAX_FILE, what="file of agent tokens")
+        except (OSError, InputError) as exc:
             if force:
-                raise ConfigError(f"{self.path}: cannot read agent tokens: {exc}") from None
+                why = str(exc).removeprefix(f"{self.path}: ")
+                raise ConfigError(f"{self.path}: cannot read agent tokens: {why}") from None
             return  # keep the last good set
         try:
             table = parse_agent_tokens(text, str(self.path))

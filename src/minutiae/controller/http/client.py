@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from minutiae.errors import AuthError, BackendUnavailable, InputError
+from minutiae.errors import AuthError, BackendUnavailable, ConfigError, InputError
 
 
 class Client:
@@ -22,6 +22,8 @@ class Client:
                               timeout=self.timeout_s)
         except httpx.HTTPError as exc:
             raise BackendUnavailable(f"controller {self.url} unreachable: {exc}") from None
+        except httpx.InvalidURL as exc:   # not an HTTPError: a newline in --controller
+            raise ConfigError(f"controller URL {self.url!r}: {exc}") from None
         if r.status_code == 401:
             raise AuthError(f"controller {self.url} refused the token (HTTP 401)")
         if r.status_code >= 400:

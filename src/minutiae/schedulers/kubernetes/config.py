@@ -21,9 +21,14 @@ from typing import Any
 
 import yaml
 
-from minutiae.errors import ConfigError
+from minutiae.errors import ConfigError, InputError
+from minutiae.inputs import read_text
 
 SA_DIR = "var/run/secrets/kubernetes.io/serviceaccount"
+#: a kubeconfig with embedded certificates is some KiB; past this it is not one
+MAX_KUBECONFIG = 16 << 20
+#: a kubeconfig user's tokenFile: one line
+MAX_TOKEN_FILE = 64 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +94,7 @@ def parse_kubeconfig(text: str, where: str, base: Path, context: str | None = No
     """Parse kubeconfig YAML text (``base``: directory relative paths are resolved against)."""
     try:
         doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: 200,000 nested '['
         raise ConfigError(f"{where}: not valid YAML ({exc.__class__.__name__})") from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{where}: not a kubeconfig (expected a mapping)")
@@ -117,9 +122,9 @@ def parse_kubeconfig(text: str, where: str, base: Path, context: str | None = No
         tf = Path(str(user["tokenFile"]))
         tf = tf if tf.is_absolute() else base / tf
         try:
-            token = tf.read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"{where}: tokenFile {tf}: {exc.strerror}") from None
+            token = read_text(tf, limit=MAX_TOKEN_FILE, what="token file").strip()
+        except InputError as exc:
+            raise ConfigError(f"{where}: tokenFile {exc}") from None
     if (user.get("exec") or user.get("auth-provider")) and not token:
         raise ConfigError(f"{where}: exec/auth-provider credentials are not supported; "
                           "use a token or client certificate")
@@ -139,10 +144,11 @@ def parse_kubeconfig(text: str, where: str, base: Path, context: str | None = No
 
 def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) -> KubeConfig:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read kubeconfig ({exc.strerror})") from None
+    try:   # bounded: /dev/zero or a log given by mistake is refused, never read whole
+        text = read_text(p, limit=MAX_KUBECONFIG, what="kubeconfig")
+    except InputError as exc:
+        why = str(exc).removeprefix(f"{p}: ")
+        raise ConfigError(f"{p}: cannot read kubeconfig ({why})") from None
     return parse_kubeconfig(text, str(p), p.parent, context)
 
 

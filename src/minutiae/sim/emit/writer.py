@@ -65,6 +65,12 @@ def prepare_out(out: Path, force: bool = True) -> None:
         raise InputError(f"cannot create dataset directory: {exc}", str(out)) from None
 
 
+def _local(path: Path) -> str:
+    """``path`` absolute: pyarrow reads a relative ``http:/…`` (``--out http://x``) as a URI
+    and refused it with ArrowInvalid (a traceback)."""
+    return str(path.absolute())
+
+
 def write_dataset(plan: Plan, out: Path, progress: Progress = _noop,
                   workers: int | None = None) -> dict[str, int]:
     """Write every file of the dataset; returns counts (rows, lines, files) for the summary.
@@ -222,7 +228,7 @@ def _write_nodes(plan: Plan, out: Path, by_node: dict[str, list[TruthEvent]],
     settle = float(s.get("boot_settle_s", 180))
     noise = float(s.get("log_noise_per_node_day", 0))
     amp = float(prof.jobs.get("diurnal_amplitude", 0.0))
-    writer = pq.ParquetWriter(out / "telemetry.parquet", TELEMETRY_SCHEMA, compression="zstd",
+    writer = pq.ParquetWriter(_local(out / "telemetry.parquet"), TELEMETRY_SCHEMA, compression="zstd",
                               use_dictionary=TELEMETRY_DICT)
     chunk: list[pa.Table] = []
     total = len(plan.fleet.nodes)
@@ -294,7 +300,7 @@ def _write_jobs(plan: Plan, out: Path, by_node: dict[str, list[TruthEvent]], cou
         for k, j in enumerate(plan.jobs):
             rng = _rng(plan.seed, 2, int(j.job_id))
             tab, sps = job_timings(j, g, by_node, interval, cfg, rng)
-            pq.write_table(tab, out / "timings" / f"{j.job_id}.parquet", compression="lz4",
+            pq.write_table(tab, _local(out / "timings" / f"{j.job_id}.parquet"), compression="lz4",
                            use_dictionary=["node"])
             counts["timing_rows"] += tab.num_rows
             jw.writerow(JobRow.of(j, g).to_csv())

@@ -29,8 +29,8 @@ def read_dcgm(where: str, timeout_s: float = 5.0, client: httpx.Client | None = 
             else:
                 with httpx.Client(timeout=timeout_s) as c:
                     resp = c.get(where)
-        except httpx.HTTPError as exc:
-            raise SourceUnavailable(SOURCE, f"{where}: {exc.__class__.__name__}: {exc}") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:   # InvalidURL: a newline in it
+            raise SourceUnavailable(SOURCE, f"{where!r}: {exc.__class__.__name__}: {exc}") from None
         if resp.status_code != 200:
             raise SourceUnavailable(SOURCE, f"{where}: HTTP {resp.status_code}")
         return parse_dcgm(resp.text[:MAX_BYTES], where)
