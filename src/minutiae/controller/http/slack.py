@@ -11,7 +11,7 @@ Every request is verified with ``slack_sdk``'s ``SignatureVerifier`` (the app's 
 ``MINUTIAE_SLACK_SIGNING_SECRET``; 5-minute timestamp window, on the controller's clock); a
 signature already seen inside the window is a replay. Forged, tampered, stale or replayed
 requests get 401 and an audit line (the ``minutiae.audit`` log and the controller's problems);
-without a signing secret both endpoints answer 503 and do nothing.
+without a signing secret both endpoints answer 404 and do nothing.
 """
 
 from __future__ import annotations
@@ -150,8 +150,10 @@ def router(controller: Controller, refused: Callable[[str], None] = lambda why: 
     async def verified(request: Request) -> tuple[bytes, JSONResponse | None]:
         body = await request.body()
         if verifier is None:
+            # 404, not 503: the route is off on this server, nothing is failing (every 5xx is
+            # a bug, issue 16)
             return body, JSONResponse({"detail": "Slack is not configured "
-                                       "(MINUTIAE_SLACK_SIGNING_SECRET)"}, status_code=503)
+                                       "(MINUTIAE_SLACK_SIGNING_SECRET)"}, status_code=404)
         why = verifier.refuse(body, request.headers)
         if why is None:
             return body, None
