@@ -4,6 +4,7 @@ share, and the pinning that removes them. Thin: /proc in sources, logic in analy
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
@@ -46,6 +47,9 @@ def command(job_cpus: str | None, pids: tuple[int, ...], proc_root: str, cgroup_
         raise ConfigError("give the job as --job-cpus LIST or --pid PID")
     if interval < 0:
         raise ConfigError("--interval must be >= 0")
+    if not os.path.isdir(cgroup_root):  # optional (systemd units), but never silently missing
+        click.echo(f"minutiae: warning: --cgroup-root {cgroup_root}: not a directory; the "
+                   "processes' systemd units are unknown", err=True)
     if interval > 0:
         procs, shares = sample_processes(SystemClock(), interval, proc_root, cgroup_root)
         share_map: dict[int, float] | None = shares
@@ -58,8 +62,6 @@ def command(job_cpus: str | None, pids: tuple[int, ...], proc_root: str, cgroup_
             raise ConfigError(f"--job-cpus {job_cpus!r}: {exc}") from None
     else:
         cpus = job_cpus_of(procs, pids)
-    import os
-
     members = job_members(procs, pids) | {os.getpid()}  # never list ourselves
     machine = online_cpus(proc_root) or tuple(sorted({c for p in procs.values() for c in p.cpus}))
     found = find_neighbours(procs, cpus, members, share_map, machine, min_share)

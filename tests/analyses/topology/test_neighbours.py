@@ -166,3 +166,14 @@ def test_irqs_on_job_cpus_and_irqbalance(tree: tuple[Path, Path], capsys: pytest
     assert out["irq"]["irqbalance_running"] is True and out["irq"]["irqs"][0]["irq"] == 98
     (proc / "interrupts").unlink()
     assert irq_report(read_irqs(proc), ps, (4,)).to_json()["irqbalance_running"] is None
+
+
+def test_a_missing_cgroup_root_is_said(tree: tuple[Path, Path], tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    proc, _ = tree
+    rc = main(["neighbours", "--pid", "100", "--proc-root", str(proc), "--cgroup-root",
+               str(tmp_path / "nope"), "--interval", "0", "--json"])
+    cap = capsys.readouterr()
+    assert rc == 1 and [n["pid"] for n in json.loads(cap.out)["neighbours"]] == [200, 300]
+    assert f"--cgroup-root {tmp_path / 'nope'}: not a directory" in cap.err
+    assert "units are unknown" in cap.err
