@@ -4,21 +4,19 @@ traceback)."""
 
 from __future__ import annotations
 
-import resource
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from minutiae.cli.main import main
+from minutiae.testing.limits import memory_cap
 
 
 @pytest.fixture
 def capped() -> Iterator[None]:
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))  # main: a MemoryError, not the machine
-    yield
-    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    with memory_cap():  # main: a MemoryError, not the machine
+        yield
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])

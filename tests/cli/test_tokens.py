@@ -5,7 +5,6 @@ encoding, a UnicodeEncodeError traceback)."""
 
 from __future__ import annotations
 
-import resource
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from minutiae.cli.main import main
 from minutiae.cli.tokens import read_only_token, read_token
 from minutiae.errors import ConfigError
+from minutiae.testing.limits import memory_cap
 
 GOOD = "fuzz-token-0123456789abc"
 
@@ -34,13 +34,8 @@ def test_a_bom_and_the_line_end_are_not_part_of_the_token(tmp_path: Path) -> Non
 
 
 def test_an_endless_token_file_is_refused_bounded() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))  # main: a MemoryError, not the machine
-    try:
-        with pytest.raises(ConfigError, match="/dev/zero: cannot read token"):
-            read_token("/dev/zero")
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    with memory_cap(), pytest.raises(ConfigError, match="/dev/zero: cannot read token"):
+        read_token("/dev/zero")  # main: a MemoryError, not the machine
 
 
 def test_the_environment_tokens_are_checked_too(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,6 @@ node's: 403), can do nothing else; rotation = two lines for a node, then drop th
 from __future__ import annotations
 
 import os
-import resource
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from minutiae.controller.store import Store
 from minutiae.errors import ConfigError
 from minutiae.schedulers.recording import RecordingBackend
 from minutiae.testing import FakeClock
+from minutiae.testing.limits import memory_cap
 
 ADMIN = "admin-token-0123456789abcdef"
 T1, T1_NEW, T2 = "gpu001-token-aaaaaaaaaaaa", "gpu001-token-rotated-bbbb", "gpu002-token-cccccccccccc"
@@ -72,13 +72,9 @@ def test_bad_token_files_name_the_line(text: str, why: str) -> None:
 def test_an_endless_or_binary_tokens_file_is_refused_bounded(tmp_path: Path) -> None:
     """On main /dev/zero was read whole (a MemoryError traceback out of serve) and a binary
     file went to the line parser."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))  # main: a MemoryError, not the machine
-    try:
-        with pytest.raises(ConfigError, match="/dev/zero: cannot read agent tokens: binary data"):
-            AgentTokens("/dev/zero")
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    with memory_cap(), pytest.raises(  # main: a MemoryError, not the machine
+            ConfigError, match="/dev/zero: cannot read agent tokens: binary data"):
+        AgentTokens("/dev/zero")
     p = tmp_path / "tokens"
     p.write_bytes(b"gpu001 " + b"\0" * 40)
     with pytest.raises(ConfigError, match="binary data"):

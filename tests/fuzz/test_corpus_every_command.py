@@ -7,7 +7,6 @@ child); here the counts are printed for the issue's closing note."""
 
 from __future__ import annotations
 
-import resource
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from fuzz_hostile import make_corpus
 from fuzz_inproc import alarms, fake_scontrol, run_case
 
 from minutiae.cli.main import main
+from minutiae.testing.limits import memory_cap
 
 AGENT = ["agent", "--cycles", "1", "--no-follow", "--metrics-listen", "", "--state-dir", "st",
          "--no-nvml", "--kmsg", "{empty}"]
@@ -75,22 +75,20 @@ TOPO = Path(__file__).parents[1] / "data" / "nccl_topo_public" / "oci-bm-gpu-h10
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     # an unbounded read fails the test with MemoryError instead of taking the machine
-    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))
-    d = tmp_path_factory.mktemp("corpus")
-    files = make_corpus(d)
-    files.pop("2 GiB sparse")          # bounded by size up front; in test_hostile_commands
-    (d / "empty.log").write_text("")
-    (d / "tok").write_text("fuzz-token-0123456789abc\n")
-    # a real dataset for the commands whose other inputs are a directory (slownodes, backtest)
-    assert main(["sim", "--nodes", "2", "--days", "0.05", "--out", str(d / "dataset"), "--quiet"]) == 0
-    yield files
-    print(f"\nfuzz corpus: {COUNTS['cases']} cases, {COUNTS['traceback']} tracebacks, "
-          f"{COUNTS['hang']} hangs, {COUNTS['bad_exit']} bad exits")
-    for cmd, c in sorted(PER_COMMAND.items()):
-        print(f"  {cmd}: {c['cases']} cases, {c['cases'] - c['ok']} failed")
-    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    with memory_cap():
+        d = tmp_path_factory.mktemp("corpus")
+        files = make_corpus(d)
+        files.pop("2 GiB sparse")          # bounded by size up front; in test_hostile_commands
+        (d / "empty.log").write_text("")
+        (d / "tok").write_text("fuzz-token-0123456789abc\n")
+        # a real dataset for the commands whose other inputs are a directory (slownodes, backtest)
+        assert main(["sim", "--nodes", "2", "--days", "0.05", "--out", str(d / "dataset"), "--quiet"]) == 0
+        yield files
+        print(f"\nfuzz corpus: {COUNTS['cases']} cases, {COUNTS['traceback']} tracebacks, "
+              f"{COUNTS['hang']} hangs, {COUNTS['bad_exit']} bad exits")
+        for cmd, c in sorted(PER_COMMAND.items()):
+            print(f"  {cmd}: {c['cases']} cases, {c['cases'] - c['ok']} failed")
 
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=[" ".join(t[:2]) for t in TEMPLATES])

@@ -7,7 +7,6 @@ file made by the shell metacharacters. Counts per command are printed for the is
 
 from __future__ import annotations
 
-import resource
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from fuzz_hostile import timing_rows
 from fuzz_inproc import alarms, fake_scontrol, run_case
 
 from minutiae.cli.main import main
+from minutiae.testing.limits import memory_cap
 
 VALUES = {"empty": "", "nan": "nan", "-1": "-1", "0": "0", "1e309": "1e309", "inf": "inf",
           "20 digits": "12345678901234567890", "long": "x" * 10_000, "newline": "a\nb",
@@ -126,26 +126,25 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     from minutiae.history.export import format_runs_csv
     from minutiae.testing.synth.regress import FleetConfig, synth_fleet
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))   # a MemoryError, not the machine
-    d = tmp_path_factory.mktemp("values")
-    fleet = synth_fleet(FleetConfig(seed=5, signatures=4))
-    (d / "runs.csv").write_text(format_runs_csv(fleet.records))
-    (d / "t.csv").write_text(timing_rows())
-    (d / "empty.log").write_text("")
-    (d / "tok").write_text("fuzz-token-0123456789abc\n")
-    path = fake_scontrol(d)
-    assert main(["sim", "--nodes", "2", "--days", "0.05", "--out", str(d / "ds"), "--quiet"]) == 0
-    data = Path(__file__).parents[1] / "data" / "nccl_topo_public"
-    yield {"runs": str(d / "runs.csv"), "csv": str(d / "t.csv"), "empty": str(d / "empty.log"),
-           "tok": str(d / "tok"), "ds": str(d / "ds"), "nccl": str(data),
-           "topo": str(data / "oci-bm-gpu-h100-8-topology.xml"),
-           "rid": sorted(fleet.records, key=lambda r: r.time)[3].run_id, "PATH": path}
-    print(f"\nfuzz option values: {COUNTS['cases']} cases, {COUNTS['traceback']} tracebacks, "
-          f"{COUNTS['hang']} hangs, {COUNTS['bad_exit']} bad exits, {COUNTS['shell']} shell")
-    for cmd, c in sorted(PER_COMMAND.items()):
-        print(f"  {cmd}: {c['cases']} cases, {c['cases'] - c['ok']} failed")
-    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    # an unbounded read fails the test with MemoryError instead of taking the machine
+    with memory_cap():
+        d = tmp_path_factory.mktemp("values")
+        fleet = synth_fleet(FleetConfig(seed=5, signatures=4))
+        (d / "runs.csv").write_text(format_runs_csv(fleet.records))
+        (d / "t.csv").write_text(timing_rows())
+        (d / "empty.log").write_text("")
+        (d / "tok").write_text("fuzz-token-0123456789abc\n")
+        path = fake_scontrol(d)
+        assert main(["sim", "--nodes", "2", "--days", "0.05", "--out", str(d / "ds"), "--quiet"]) == 0
+        data = Path(__file__).parents[1] / "data" / "nccl_topo_public"
+        yield {"runs": str(d / "runs.csv"), "csv": str(d / "t.csv"), "empty": str(d / "empty.log"),
+               "tok": str(d / "tok"), "ds": str(d / "ds"), "nccl": str(data),
+               "topo": str(data / "oci-bm-gpu-h100-8-topology.xml"),
+               "rid": sorted(fleet.records, key=lambda r: r.time)[3].run_id, "PATH": path}
+        print(f"\nfuzz option values: {COUNTS['cases']} cases, {COUNTS['traceback']} tracebacks, "
+              f"{COUNTS['hang']} hangs, {COUNTS['bad_exit']} bad exits, {COUNTS['shell']} shell")
+        for cmd, c in sorted(PER_COMMAND.items()):
+            print(f"  {cmd}: {c['cases']} cases, {c['cases'] - c['ok']} failed")
 
 
 def _count(cmd: str, kind: str) -> None:

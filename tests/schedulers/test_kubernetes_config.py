@@ -6,9 +6,7 @@ import base64
 import contextlib
 import os
 import re
-import resource
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from minutiae.schedulers.kubernetes.config import (
     parse_kubeconfig,
 )
 from minutiae.testing import FakeClock
+from minutiae.testing.limits import memory_cap
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 KEY = b"-----BEGIN EC PRIVATE KEY-----\nMHcC\n-----END EC PRIVATE KEY-----\n"
@@ -101,15 +100,8 @@ def test_missing_kubeconfig(tmp_path: Path) -> None:
         load_kubeconfig(tmp_path / "nope")
 
 
-@contextlib.contextmanager
-def capped() -> Iterator[None]:
-    """An address-space cap: on main an endless read is a MemoryError, not the machine's."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+#: an address-space cap: on main an endless read is a MemoryError, not the machine's
+capped = memory_cap
 
 
 @pytest.mark.parametrize(("content", "needle"), [

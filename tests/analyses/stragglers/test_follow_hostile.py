@@ -5,7 +5,6 @@ traceback and a line without end grew without bound; now it reads regular files 
 
 from __future__ import annotations
 
-import resource
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,12 @@ from minutiae.analyses.stragglers.read import CsvTail
 from minutiae.cli.main import main
 from minutiae.errors import InputError
 from minutiae.inputs import MAX_NO_NEWLINE
+from minutiae.testing.limits import memory_cap
 
 
 def test_a_device_or_a_directory_is_refused(tmp_path: Path) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))  # main: a MemoryError, not the machine
-    try:
-        with pytest.raises(InputError, match="/dev/zero: not a regular file"):
-            CsvTail(Path("/dev/zero")).read()
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    with memory_cap(), pytest.raises(InputError, match="/dev/zero: not a regular file"):
+        CsvTail(Path("/dev/zero")).read()  # main: a MemoryError, not the machine
     with pytest.raises(InputError, match="is a directory"):
         CsvTail(tmp_path).read()
 
@@ -52,12 +47,8 @@ def test_a_large_append_is_read_in_chunks_without_losing_a_line(
 
 
 def test_follow_dev_zero_is_one_line_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))
-    try:
+    with memory_cap():
         rc = main(["stragglers", "--follow", "--idle-exit", "1", "/dev/zero"])
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 3 and err == ["minutiae: error: /dev/zero: not a regular file: --follow reads "
                                "a growing CSV file"], err

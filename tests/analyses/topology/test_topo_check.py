@@ -25,6 +25,7 @@ from minutiae.analyses.topology.profile import (
 from minutiae.cli.main import main
 from minutiae.errors import ConfigError
 from minutiae.model.vocab import Status
+from minutiae.testing.limits import memory_cap
 from minutiae.testing.topology import dgx_like_topology, render_topo_matrix, with_facts
 
 PLANTED = {
@@ -322,19 +323,14 @@ def test_every_rule_names_the_device_or_node() -> None:
 def test_cli_expect_an_endless_or_binary_profile_is_one_line_exit_3(
         bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--expect /dev/zero`` was read whole (a MemoryError traceback on main)."""
-    import resource
 
     node = tmp_path / "n.json"
     node.write_text(json.dumps(report(dgx_like_topology())))
     prof = Path(bad) if bad.startswith("/") else tmp_path / "p.toml"
     if not bad.startswith("/"):
         prof.write_bytes(b"[profile]\n\0\0\0")
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))  # main: a MemoryError, not the machine
-    try:
+    with memory_cap():  # main: a MemoryError, not the machine
         rc = main(["topo", "--from", str(node), "--check", "--expect", str(prof)])
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 3 and len(err) == 1, err
     assert err[0].startswith(f"minutiae: error: {prof}: binary data"), err
