@@ -22,7 +22,8 @@ retired_pages_pending       a retirement waits for a reboot (bool)
 clock_event_reasons         NVML bitmask of clock-event (throttle) reasons, see REASONS
 pstate                      performance state, 0 (P0, fastest) … 15
 temperature_c               GPU core temperature
-temperature_slowdown_c      temperature at which the board slows down (when known)
+temperature_slowdown_c      temperature at which the board slows down (when known; newer
+                            drivers give it as a margin to T.Limit: see ``TLimit``)
 power_w, power_limit_w      board power draw and enforced limit
 pcie_gen_current/_max       PCIe generation now and the maximum of the GPU
 pcie_width_current/_max     PCIe lanes now and the maximum
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from minutiae.model.findings import Scalar
 from minutiae.model.snapshot import SnapshotBuilder, leading_number, to_int
@@ -136,6 +138,19 @@ def _integer(text: str) -> int | None:
     return v
 
 
+@dataclass(frozen=True, slots=True)
+class TLimit:
+    """Where a capture gives temperatures as margins to the board's thermal limit (T.Limit;
+    drivers from about R550 on Hopper and Blackwell): ``margin`` is the current distance below
+    T.Limit, ``slowdown`` the slowdown point as a margin (``-2 C``: two degrees past T.Limit).
+    The slowdown temperature is then ``temperature + margin - slowdown``: on the H200 of
+    tests/data/h200 that is 38 + 49 - (-2) = 89 °C, what NVML's slowdown threshold returns."""
+
+    temperature: tuple[str, ...]
+    margin: tuple[str, ...]
+    slowdown: tuple[str, ...]
+
+
 def emit_gpu(
     b: SnapshotBuilder,
     comp: str,
@@ -144,6 +159,7 @@ def emit_gpu(
     paths: Mapping[str, tuple[str, ...]],
     sums: Mapping[str, tuple[tuple[str, ...], ...]],
     reasons: Mapping[str, str | None],
+    tlimit: TLimit | None = None,
 ) -> None:
     """Emit the common GPU metrics from one GPU section of a capture.
 
@@ -151,18 +167,38 @@ def emit_gpu(
     paths; ``sums`` maps an ECC metric → alternative groups of paths whose values are summed
     (the first group with a number wins); ``reasons`` maps reason name → raw Active/Not Active.
     A value that is present but neither a number nor N/A becomes a ``Problem`` naming the field.
+    ``tlimit``: where to derive ``temperature_slowdown_c`` from when no path of it has a value.
     """
-    for metric, candidates in paths.items():
-        _emit_field(b, comp, where, get, metric, candidates)
+    emitted = {m for m, candidates in paths.items() if _emit_field(b, comp, where, get, m, candidates)}
     for metric, groups in sums.items():
         _emit_sum(b, comp, where, get, metric, groups)
     if reasons:
         _emit_reasons(b, comp, where, reasons)
+    if tlimit is not None and "temperature_slowdown_c" not in emitted:
+        slowdown = _tlimit_slowdown(get, tlimit)
+        if slowdown is not None:
+            b.add(comp, "temperature_slowdown_c", slowdown)
+
+
+def _first_number(get: Getter, candidates: tuple[str, ...]) -> float | None:
+    for path in candidates:
+        raw = get(path)
+        if not _is_na(raw):
+            return _number(raw or "")
+    return None
+
+
+def _tlimit_slowdown(get: Getter, t: TLimit) -> float | None:
+    values = [_first_number(get, c) for c in (t.temperature, t.margin, t.slowdown)]
+    if any(v is None for v in values):
+        return None
+    temp, margin, slowdown = (float(v or 0.0) for v in values)
+    return temp + margin - slowdown
 
 
 def _emit_field(b: SnapshotBuilder, comp: str, where: str, get: Getter, metric: str,
-                candidates: tuple[str, ...]) -> None:
-    """One metric from the first of its candidate paths that is present."""
+                candidates: tuple[str, ...]) -> bool:
+    """One metric from the first of its candidate paths that is present; whether it was."""
     raw = None
     used = ""
     for path in candidates:
@@ -171,17 +207,18 @@ def _emit_field(b: SnapshotBuilder, comp: str, where: str, get: Getter, metric: 
             used = path
             break
     if raw is None or _is_na(raw):
-        return
+        return False
     if metric in _STRINGS:
         b.add(comp, metric, raw.strip())
-        return
+        return True
     conv: Callable[[str], Scalar] = (
         _yes_no if metric in _BOOLS else (_number if metric in _FLOATS else _integer))
     value = conv(raw)
     if value is None:
         b.problem(comp, f"{where}: {used}", f"not a {'yes/no' if metric in _BOOLS else 'number'}: {raw.strip()[:40]!r}")
-        return
+        return False
     b.add(comp, metric, value)
+    return True
 
 
 def _emit_sum(b: SnapshotBuilder, comp: str, where: str, get: Getter, metric: str,

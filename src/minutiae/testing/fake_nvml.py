@@ -148,6 +148,12 @@ class FakeNvml:
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         return int(self._value("nvmlDeviceGetTemperature", handle, "temperature_c"))
 
+    def nvmlDeviceGetTemperatureThreshold(self, handle: Any, threshold: int) -> int:
+        if threshold != 1:  # only NVML_TEMPERATURE_THRESHOLD_SLOWDOWN is modelled
+            self._gpu("nvmlDeviceGetTemperatureThreshold", handle)
+            raise pynvml.NVMLError(NOT_SUPPORTED)
+        return round(float(self._value("nvmlDeviceGetTemperatureThreshold", handle, "temperature_slowdown_c")))
+
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         return round(float(self._value("nvmlDeviceGetPowerUsage", handle, "power_w")) * 1000)
 

@@ -34,6 +34,7 @@ NVML_ERROR_GPU_IS_LOST = 15
 VOLATILE_ECC, AGGREGATE_ECC = 0, 1
 CORRECTED, UNCORRECTED = 0, 1
 TEMPERATURE_GPU = 0
+TEMPERATURE_THRESHOLD_SLOWDOWN = 1  # NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
 PAGE_RETIREMENT_SBE, PAGE_RETIREMENT_DBE = 0, 1
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS is 36 in new headers; H100 has 18 links
 NVLINK_ERROR_COUNTERS = (0, 1, 2, 3)  # DL replay, recovery, CRC flit, CRC data
@@ -60,6 +61,7 @@ class NvmlApi(Protocol):
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int: ...
     def nvmlDeviceGetPerformanceState(self, handle: Any) -> int: ...
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int: ...
+    def nvmlDeviceGetTemperatureThreshold(self, handle: Any, threshold: int) -> int: ...
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int: ...
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int: ...
@@ -211,6 +213,9 @@ def _read_state(g: _Gpu) -> None:
     g.add("clock_event_reasons", None if reasons is None else int(reasons))
     temp = g.call("nvmlDeviceGetTemperature", lambda: api.nvmlDeviceGetTemperature(h, TEMPERATURE_GPU))
     g.add("temperature_c", None if temp is None else float(temp))
+    slow = g.call("nvmlDeviceGetTemperatureThreshold",
+                  lambda: api.nvmlDeviceGetTemperatureThreshold(h, TEMPERATURE_THRESHOLD_SLOWDOWN))
+    g.add("temperature_slowdown_c", None if slow is None else float(slow))
     for metric, name in (("power_w", "nvmlDeviceGetPowerUsage"), ("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit")):
         mw = g.call(name, lambda n=name: getattr(api, n)(h))  # type: ignore[misc]
         g.add(metric, None if mw is None else int(mw) / 1000.0)

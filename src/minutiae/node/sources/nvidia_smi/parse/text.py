@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from minutiae.errors import ParseError
 from minutiae.model.gpu_metrics import (
     REASON_LABELS,
+    TLimit,
     emit_gpu,
     gpu_component,
     normalize_pci,
@@ -36,6 +37,11 @@ class _Node:
     children: dict[str, _Node] = field(default_factory=dict)
 
 
+#: temperatures as margins to T.Limit (``gpu_metrics.TLimit``; xml.TLIMIT's labels)
+TLIMIT = TLimit(temperature=("Temperature/GPU Current Temp",),
+                margin=("Temperature/GPU T.Limit Temp",),
+                slowdown=("Temperature/GPU Slowdown T.Limit Temp",))
+
 PATHS: dict[str, tuple[str, ...]] = {
     "name": ("Product Name",),
     "uuid": ("GPU UUID",),
@@ -48,7 +54,8 @@ PATHS: dict[str, tuple[str, ...]] = {
     "pcie_replay": ("PCI/Replays Since Reset", "PCI/Replays since reset"),
     "temperature_c": ("Temperature/GPU Current Temp",),
     "temperature_slowdown_c": ("Temperature/GPU Slowdown Temp",),
-    "power_w": ("GPU Power Readings/Power Draw", "Power Readings/Power Draw"),
+    "power_w": ("GPU Power Readings/Power Draw", "Power Readings/Power Draw",  # see xml.PATHS
+                "GPU Power Readings/Average Power Draw", "GPU Power Readings/Instantaneous Power Draw"),
     "power_limit_w": (
         "GPU Power Readings/Current Power Limit",
         "Power Readings/Current Power Limit",
@@ -188,6 +195,6 @@ def parse_nvidia_smi_text(text: str, where: str = "nvidia-smi -q") -> Snapshot:
         def get(path: str, _t: _Node = tree) -> str | None:
             return _get(_t, path)
 
-        emit_gpu(b, comp, f"{where}: GPU {pci}", get, PATHS, SUMS, reasons)
+        emit_gpu(b, comp, f"{where}: GPU {pci}", get, PATHS, SUMS, reasons, TLIMIT)
     b.add("node", "gpu_count", count)
     return b.build()

@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET  # noqa: S405 - no entity expansion beyond ex
 from minutiae.errors import ParseError
 from minutiae.model.gpu_metrics import (
     REASONS,
+    TLimit,
     emit_gpu,
     gpu_component,
     normalize_pci,
@@ -32,7 +33,10 @@ PATHS: dict[str, tuple[str, ...]] = {
     "pcie_replay": ("pci/replay_counter",),
     "temperature_c": ("temperature/gpu_temp",),
     "temperature_slowdown_c": ("temperature/gpu_temp_slow_threshold",),
-    "power_w": ("gpu_power_readings/power_draw", "power_readings/power_draw"),
+    # drivers from about R535 write average and instant draws instead of power_draw; the average
+    # (over 1 s) is what NVML's nvmlDeviceGetPowerUsage returns on Ampere and newer boards
+    "power_w": ("gpu_power_readings/power_draw", "power_readings/power_draw",
+                "gpu_power_readings/average_power_draw", "gpu_power_readings/instant_power_draw"),
     "power_limit_w": (
         "gpu_power_readings/current_power_limit",
         "power_readings/current_power_limit",
@@ -48,6 +52,11 @@ PATHS: dict[str, tuple[str, ...]] = {
     # older drivers (e.g. 430 on Kepler) write only <pending_blacklist>, as -q writes "Pending Page Blacklist"
     "retired_pages_pending": ("retired_pages/pending_retirement", "retired_pages/pending_blacklist"),
 }
+
+
+#: temperatures as margins to T.Limit (DTD v12+ on Hopper/Blackwell): ``gpu_metrics.TLimit``
+TLIMIT = TLimit(temperature=("temperature/gpu_temp",), margin=("temperature/gpu_temp_tlimit",),
+                slowdown=("temperature/gpu_temp_slow_tlimit_threshold",))
 
 
 def _ecc(scope: str) -> dict[str, tuple[tuple[str, ...], ...]]:
@@ -113,5 +122,5 @@ def parse_nvidia_smi_xml(data: bytes | str, where: str = "nvidia-smi -q -x") -> 
         def get(path: str, _g: ET.Element = gpu) -> str | None:
             return _g.findtext(path)
 
-        emit_gpu(b, comp, f"{where}: gpu {pci}", get, PATHS, SUMS, reasons)
+        emit_gpu(b, comp, f"{where}: gpu {pci}", get, PATHS, SUMS, reasons, TLIMIT)
     return b.build()
