@@ -147,3 +147,19 @@ def test_a_healthy_h200_boot_log_has_no_finding(name: str) -> None:
     data = (H200 / name).read_bytes()
     assert b"NVRM: gpuClearFbhubPoisonIntrForBug2924523_GA100: FBHUB Interrupt detected" in data
     assert list(scan_chunks([data], year=2026)) == []
+
+
+def test_second_board_offline_equals_live_with_the_taint_flags() -> None:
+    """node2: another H200 (another UUID), recorded with the NVML source that reads the slowdown
+    threshold and a /proc copy that holds the taint flags (4096: out-of-tree module, the driver).
+    Its kernel log was read live from /dev/kmsg and not kept, so that group is left out."""
+    node2 = H200 / "node2"
+    live = json.loads((node2 / "minutiae" / "check-live.json").read_text())
+    cfg = _live_config(sysfs_root=node2 / "sysfs" / "sys", proc_root=node2 / "sysfs" / "proc",
+                       kmsg=None, nvml=ReplayNvml.from_file(node2 / "nvml" / "calls.json"))
+    r = run_check(cfg, FakeClock())
+    got = {c.check: (c.status.name.lower(), c.observed) for c in r.results}
+    assert got == {c["check"]: (c["status"], c["observed"]) for c in live["checks"]
+                   if c["check"] != "kernel_log"}
+    values = _values(read_nvml(ReplayNvml.from_file(node2 / "nvml" / "calls.json"), 0.0))
+    assert values["temperature_slowdown_c"] == 89.0 and values["uuid"] != SHARED["uuid"]
