@@ -38,8 +38,10 @@ def test_topo_m_gives_the_numa_node_sysfs_does_not() -> None:
 def test_ncclss_own_dump_of_this_node() -> None:
     t = parse_nccl_topo((H200 / "loaded" / "nccl-topo.xml").read_bytes(), "nccl-topo.xml")
     (g,) = t.gpus
-    assert g.pci == "0000:00:06.0"
+    assert (g.pci, g.numa) == ("0000:00:06.0", None)  # numaid="-1": no NUMA node, as in sysfs
+    assert t.numa_cpus == {}
     (nic,) = t.nics
+    assert nic.numa is None
     assert (nic.name, nic.rate_gbps, nic.gdr) == ("eth0", 10.0, False)
 
 

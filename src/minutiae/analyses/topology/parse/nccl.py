@@ -68,6 +68,13 @@ class _Dev:
     cpus: tuple[int, ...]
     nets: list[ET.Element] = field(default_factory=list)
 
+    @property
+    def numa(self) -> int | None:
+        """The device's NUMA node; None where NCCL wrote ``numaid="-1"`` (the kernel gave none,
+        as on the H200 VM of tests/data/h200). The place keeps -1: all under one CPU."""
+        n = self.place.numa
+        return n if n is None or n >= 0 else None
+
 
 def _root(data: str | bytes, where: str | None, notes: list[str]) -> ET.Element:
     try:
@@ -122,7 +129,7 @@ def _devices(root: ET.Element, where: str | None) -> tuple[list[_Dev], dict[int,
                 cpus = parse_hexmask(aff)
             except ValueError as exc:
                 raise ParseError(f"cpu numaid={numa}: unreadable affinity: {exc}", where) from None
-        if numa is not None:
+        if numa is not None and numa >= 0:
             numa_cpus[numa] = cpus
         _walk(cpu, numa, (), cpus, devs)
     return devs, numa_cpus
@@ -175,7 +182,7 @@ def _gpus(gpus_d: list[_Dev], notes: list[str]) -> list[Gpu]:
         idx = dev_attr if dev_attr is not None else i
         pci = d.pci
         gpus.append(Gpu(
-            index=idx, pci=d.busid, numa=d.place.numa, cpus=d.cpus,
+            index=idx, pci=d.busid, numa=d.numa, cpus=d.cpus,
             nvlinks=tuple(_links(d, idx, by_bus, notes, switch_peers)),
             pcie_gen=pcie_gen(pci.get("link_speed")) if pci is not None else None,
             pcie_width=_width(pci.get("link_width")) if pci is not None else None,
@@ -198,7 +205,7 @@ def _nics(devs: list[_Dev], missing: list[str]) -> tuple[list[Nic], dict[str, Pc
             name = net.get("name") or d.busid or f"net{net.get('dev')}"
             speed = _int(net.get("speed"))
             nics.append(Nic(
-                name=name, pci=d.busid, numa=d.place.numa, cpus=d.cpus, kind=kind,
+                name=name, pci=d.busid, numa=d.numa, cpus=d.cpus, kind=kind,
                 rate_gbps=speed / 1000 if speed else None, port=_int(net.get("port")),
                 gdr=net.get("gdr") == "1" if net.get("gdr") else None,
                 pcie_gen=gen, pcie_width=width))
@@ -206,7 +213,7 @@ def _nics(devs: list[_Dev], missing: list[str]) -> tuple[list[Nic], dict[str, Pc
         if not d.nets:
             unnamed += 1
             name = d.busid or f"nic{unnamed}"
-            nics.append(Nic(name=name, pci=d.busid, numa=d.place.numa, cpus=d.cpus, kind=kind,
+            nics.append(Nic(name=name, pci=d.busid, numa=d.numa, cpus=d.cpus, kind=kind,
                             pcie_gen=gen, pcie_width=width))
             places[name] = d.place
     if unnamed:
@@ -223,7 +230,7 @@ def parse_nccl_topo(data: str | bytes, where: str | None = None) -> NodeTopology
     gpus = _gpus(gpus_d, notes)
     nics, nic_places = _nics(devs, missing)
     nvme_d = [d for d in devs if d.kind == "nvme"]
-    nvmes = [Nvme(name=d.busid or "nvme?", pci=d.busid, numa=d.place.numa) for d in nvme_d]
+    nvmes = [Nvme(name=d.busid or "nvme?", pci=d.busid, numa=d.numa) for d in nvme_d]
     gpu_nic: dict[tuple[int, str], PathType] = {}
     gpu_nvme: dict[tuple[int, str], PathType] = {}
     for g, d in zip(gpus, gpus_d, strict=True):
