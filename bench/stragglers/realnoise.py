@@ -1,0 +1,111 @@
+"""minutiae's straggler detector on jobs whose noise is a real GPU's, not a generator's.
+
+The noise: ``tests/data/h200/loaded/step_noise.csv``, step times of one NVIDIA H200 measured
+back to back with CUDA events (``scripts/device/step_noise.py``, 2026-12-04): ``gemm`` (bf16
+matrix products running into the 700 W power cap: 16.6 ms steps, sd 1.5 %, lag-1
+autocorrelation 0.74), ``copy`` (HBM-bound: 8.1 ms, sd 0.18 %, 0.75) and ``mixed`` (11.7 ms,
+sd 1.4 %, 0.66). A job of R ranks takes R non-overlapping windows of one series (after a random
+rotation per seed) as its ranks' step times: real wander, spikes and power-cap dynamics, one
+board at different times standing in for R boards (say so when quoting). Nothing is generated
+but the fault: ``+X %`` from step ``ONSET`` on one random rank.
+
+    .venv/bin/python bench/stragglers/realnoise.py [--seeds 20] [--ranks 16] [--steps 150]
+
+Prints, per workload: benign jobs with suspects (goal 0) and, per fault size, jobs where the
+rank was found and the delay in steps from the onset (goals: +10 % <= 5, +5 % <= 20,
++3 % <= 50).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, os.environ.get("MINUTIAE_SRC") or str(ROOT / "src"))
+
+from minutiae.analyses.stragglers.analysis import Options  # noqa: E402
+from minutiae.analyses.stragglers.runs import analyse_runs  # noqa: E402
+from minutiae.errors import MinutiaeError  # noqa: E402
+
+DATA = ROOT / "tests" / "data" / "h200" / "loaded" / "step_noise.csv"
+ONSET = 50
+GOALS = {0.10: 5, 0.05: 20, 0.03: 50}
+GPUS_PER_NODE = 8
+
+
+def series() -> dict[str, np.ndarray]:
+    """Each workload's log step-time ratio to its median, in step order."""
+    df = pl.read_csv(DATA)
+    out = {}
+    for name in df["workload"].unique(maintain_order=True).to_list():
+        s = df.filter(pl.col("workload") == name).sort("step")["seconds"].to_numpy()
+        out[name] = np.log(s / np.median(s))
+    return out
+
+
+def job(x: np.ndarray, ranks: int, steps: int, seed: int, fault: float, target: int) -> pl.DataFrame:
+    """The long table of one job: rank r's noise is window r of the rotated series."""
+    if x.size < ranks * steps:
+        raise SystemExit(f"{x.size} steps of noise cannot make {ranks} ranks x {steps} steps")
+    rng = np.random.default_rng(seed)
+    rot = np.roll(x, int(rng.integers(x.size)))
+    order = rng.permutation(x.size // steps)[:ranks]
+    logx = np.stack([rot[w * steps:(w + 1) * steps] for w in order], axis=1)  # (steps, ranks)
+    if fault:
+        logx[ONSET:, target] += np.log1p(fault)
+    seconds = np.exp(logx)
+    rank = np.broadcast_to(np.arange(ranks), (steps, ranks))
+    return pl.DataFrame({
+        "step": np.broadcast_to(np.arange(steps)[:, None], (steps, ranks)).ravel(),
+        "rank": rank.ravel(), "seconds": seconds.ravel(),
+        "node": [f"n{r // GPUS_PER_NODE:03d}" for r in rank.ravel()],
+        "gpu": (rank % GPUS_PER_NODE).ravel(),
+    })
+
+
+def suspects(df: pl.DataFrame, name: str) -> list[dict]:
+    try:
+        return [s.to_json() for s in analyse_runs(df, name, None, Options()).suspects]
+    except MinutiaeError as exc:
+        raise SystemExit(f"{name}: refused: {exc}") from None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--ranks", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=150)
+    a = ap.parse_args()
+    print(f"real H200 step noise ({DATA.relative_to(ROOT)}), {a.ranks} ranks x {a.steps} steps, "
+          f"{a.seeds} seeds, fault onset step {ONSET}")
+    print(f"{'workload':9s} {'benign: jobs w/ suspects':>25s}   " +
+          "   ".join(f"+{int(f * 100)}%: found, within goal, p50 delay, other" for f in GOALS))
+    for name, x in series().items():
+        benign = [len(suspects(job(x, a.ranks, a.steps, s, 0.0, 0), name)) for s in range(a.seeds)]
+        cells = []
+        for size, goal in GOALS.items():
+            found, delays, other = 0, [], 0
+            for s in range(a.seeds):
+                target = int(np.random.default_rng(1000 + s).integers(a.ranks))
+                sus = suspects(job(x, a.ranks, a.steps, s, size, target), name)
+                hit = [d for d in sus if d["scope"] == "gpu" and target in d["ranks"]]
+                other += len(sus) - len(hit)
+                if hit:
+                    found += 1
+                    delays.append(min(d["detected_step"] for d in hit) - ONSET + 1)
+            within = sum(d <= goal for d in delays)
+            p50 = f"{statistics.median(delays):.0f}" if delays else "-"
+            cells.append(f"{found:2d}/{a.seeds}, {within:2d}/{a.seeds} <= {goal}, {p50:>3s}, {other}")
+        print(f"{name:9s} {sum(c > 0 for c in benign):>13d}/{a.seeds} ({sum(benign)} suspects)   "
+              + "   ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
