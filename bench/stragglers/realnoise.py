@@ -4,7 +4,10 @@ The noise: ``tests/data/h200/loaded/step_noise.csv``, step times of one NVIDIA H
 back to back with CUDA events (``scripts/device/step_noise.py``, 2026-12-04): ``gemm`` (bf16
 matrix products running into the 700 W power cap: 16.6 ms steps, sd 1.5 %, lag-1
 autocorrelation 0.74), ``copy`` (HBM-bound: 8.1 ms, sd 0.18 %, 0.75) and ``mixed`` (11.7 ms,
-sd 1.4 %, 0.66). A job of R ranks takes R non-overlapping windows of one series (after a random
+sd 1.4 %, 0.66); and ``train``: a 12-layer transformer (d 2048, 730 M parameters, bf16, AdamW)
+training on random tokens, ``tests/data/h200/loaded/train_noise.csv`` (``train_noise.py``:
+95 ms steps, sd 1.7 %, lag-1 0.55, 1 % of steps over +7.9 %, the power cap always on).
+A job of R ranks takes R non-overlapping windows of one series (after a random
 rotation per seed) as its ranks' step times: real wander, spikes and power-cap dynamics, one
 board at different times standing in for R boards (say so when quoting). Nothing is generated
 but the fault: ``+X %`` from step ``ONSET`` on one random rank.
@@ -35,6 +38,7 @@ from minutiae.analyses.stragglers.runs import analyse_runs  # noqa: E402
 from minutiae.errors import MinutiaeError  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "h200" / "loaded" / "step_noise.csv"
+TRAIN = DATA.with_name("train_noise.csv")
 ONSET = 50
 GOALS = {0.10: 5, 0.05: 20, 0.03: 50}
 GPUS_PER_NODE = 8
@@ -47,6 +51,8 @@ def series() -> dict[str, np.ndarray]:
     for name in df["workload"].unique(maintain_order=True).to_list():
         s = df.filter(pl.col("workload") == name).sort("step")["seconds"].to_numpy()
         out[name] = np.log(s / np.median(s))
+    s = pl.read_csv(TRAIN).sort("step")["seconds"].to_numpy()[1:]  # the first step pays a warm-up
+    out["train"] = np.log(s / np.median(s))
     return out
 
 
