@@ -10,15 +10,18 @@ import re
 
 def rollup() -> str:
     keep = ("Rss", "Pss", "Shared_Clean", "Shared_Dirty", "Private_Clean", "Private_Dirty", "Anonymous")
-    lines = open("/proc/self/smaps_rollup").read().splitlines()
-    return " ".join(f"{k}={v.split()[0]}" for k, v in (l.split(":", 1) for l in lines[1:])
+    with open("/proc/self/smaps_rollup") as f:
+        lines = f.read().splitlines()
+    return " ".join(f"{k}={v.split()[0]}" for k, v in (line.split(":", 1) for line in lines[1:])
                     if k in keep)
 
 
 def top(n: int = 8) -> list[str]:
     maps: dict[str, int] = {}
     name = ""
-    for line in open("/proc/self/smaps"):
+    with open("/proc/self/smaps") as f:
+        text = f.read()
+    for line in text.splitlines():
         if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
             parts = line.split(None, 5)
             name = parts[5].strip() if len(parts) > 5 else "[anon]"
