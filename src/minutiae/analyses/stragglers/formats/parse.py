@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
-from minutiae.analyses.stragglers.formats import fastrank, megatron
+from minutiae.analyses.stragglers.formats import environment, fastrank, megatron
 from minutiae.analyses.stragglers.formats.base import LineReader
 from minutiae.analyses.stragglers.formats.prefix import strip_frame
 from minutiae.analyses.stragglers.formats.registry import READERS
@@ -250,8 +250,17 @@ def _assemble(where: str, data: Buffer, readers: list[LineReader], mega_ranks: p
         *((r.name, r.seen > 0 or bool(r.totals)) for r in readers)) if hit)
     evidence = _with_steps(tuple(e for r in readers for e in r.rows.evidence), step_df)
     totals = tuple(sorted((f"{r.name}.{k}", v) for r in readers for k, v in r.totals.items()))
+    facts = _facts(readers)
+    skipped += facts.skipped(where)
     return TrainLog(formats, pl.concat(rank_frames, rechunk=False), step_df.sort("line"), mm, evidence,
-                    tuple(skipped), first_line(data), lines, totals)
+                    tuple(skipped), first_line(data), lines, totals, facts.attrs(),
+                    tuple(facts.hosts))
+
+
+def _facts(readers: list[LineReader]) -> environment.Facts:
+    """The environment reader's facts (one per file; empty when the registry has none)."""
+    found = [r.facts for r in readers if isinstance(r, environment.Reader)]
+    return found[0] if found else environment.Facts()
 
 
 def steps_height(steps: list[pl.DataFrame]) -> int:
@@ -293,6 +302,11 @@ def join(logs: Sequence[TrainLog]) -> TrainLog:
         subset=["step", "rank", "seconds", "tokens_per_s", "samples_per_s", "tflops"],
         keep="first", maintain_order=True)
     totals = tuple(t for lg in logs for t in lg.totals)
+    hosts, left = environment.merge_hosts(lg.hosts for lg in logs)
+    if left:
+        skipped.append(Skipped("(joined files)", f"more than {environment.MAX_HOSTS} hosts in "
+                               "NCCL line prefixes: the first kept", left))
     return TrainLog(formats, ranks, steps, pl.concat([lg.minmax for lg in logs]),
                     tuple(e for lg in logs for e in lg.evidence), tuple(skipped),
-                    logs[0].first_line, sum(lg.lines for lg in logs), totals)
+                    logs[0].first_line, sum(lg.lines for lg in logs), totals,
+                    environment.merge_attrs(lg.attrs for lg in logs), hosts)
