@@ -225,3 +225,28 @@ def test_whatchanged_names_the_nccl_change_between_two_logged_runs(
     diffs = {d["key"]: (d["a"], d["b"]) for d in doc["differences"] if d["kind"] == "attr"}
     assert diffs == {"nccl": ("2.21.5", "2.28.9")}  # same hosts, driver, CUDA: only NCCL differs
     assert doc["run_b"]["nodes"] == ["kolyoz1", "kolyoz2"]
+
+
+def test_a_history_of_logged_runs_gives_the_nccl_change_an_effect(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    nccl = (LOGS / "nccl_2.21.5_two_nodes.log").read_text()
+    newer = nccl.replace("NCCL version 2.21.5+cuda12.4", "NCCL version 2.28.9+cuda12.4")
+    rng = np.random.default_rng(7)
+    db = tmp_path / "runs.db"
+    for k in range(12):  # six runs on each version, an hour apart, run-to-run noise 1 %
+        head, scale = (nccl, 1.0) if k < 6 else (newer, 1.08)
+        t = 2.5 * scale * np.exp(rng.normal(0, 0.01)) * np.exp(rng.normal(0, 0.005, 40))
+        log = tmp_path / f"k{k}.log"
+        log.write_text(head + _nemo(t.tolist()))
+        os.utime(log, (1.7e9 + 3600 * k, 1.7e9 + 3600 * k))
+        assert _run(capsys, "regress", "--record-log", str(log), "--db", str(db), "--run-id",
+                    f"k{k}", "--signature", "llama-8b", "--json")[0] == 0
+    rc, out, _ = _run(capsys, "whatchanged", "k5", "k6", "--db", str(db), "--json")
+    (first,) = json.loads(out)["differences"]
+    assert (first["key"], first["a"], first["b"]) == ("nccl", "2.21.5", "2.28.9")
+    assert first["effect"]["change"] == pytest.approx(0.08, abs=0.02)
+    assert first["effect"]["p_value"] < 0.001
+    _, out, _ = _run(capsys, "regress", "--db", str(db), "--json")
+    assert [r["name"] for r in json.loads(out)["rollouts"]] == ["nccl 2.21.5 → 2.28.9"]
