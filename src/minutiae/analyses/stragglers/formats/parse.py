@@ -217,9 +217,19 @@ def _general_rank(line: bytes) -> tuple[int, float] | None:
 
 
 def _feed(readers: list[LineReader], rest: pl.DataFrame) -> None:
-    for no, line, rank in rest.select("no", "line", "prefix_rank").iter_rows():
-        for r in readers:
-            if r.wants(line) and r.feed(no, rank, line):
+    """Each line to the readers that want it, in registry order, until one takes it. A reader's
+    ``signs`` are tested on the whole frame at once (``LineReader.wants``, vectorised): lines no
+    reader wants never reach Python; a reader with its own ``wants`` is asked line by line."""
+    if rest.height == 0:
+        return
+    own = [type(r).wants is not LineReader.wants for r in readers]
+    want = [pl.lit(True) if mine else pl.col("line").str.contains_any(list(r.signs))
+            if r.signs else pl.lit(False) for r, mine in zip(readers, own, strict=True)]
+    rows = rest.select("no", "line", "prefix_rank", *(w.alias(f"_w{i}") for i, w in enumerate(want)))
+    rows = rows.filter(pl.any_horizontal(pl.col(f"_w{i}") for i in range(len(readers))))
+    for no, line, rank, *wants in rows.iter_rows():
+        for r, w, mine in zip(readers, wants, own, strict=True):
+            if w and (not mine or r.wants(line)) and r.feed(no, rank, line):
                 break
 
 
