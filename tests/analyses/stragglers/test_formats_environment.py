@@ -160,6 +160,10 @@ def test_many_hosts_values_and_settings_are_capped(monkeypatch: pytest.MonkeyPat
     assert sum(k.startswith("env.") for k in log.attrs) == environment.MAX_ENV
     counts = {s.reason.split(":")[0]: s.count for s in log.skipped}
     assert counts["more than 50 hosts in NCCL line prefixes"] == 150
+    # settings with unreadable values: the notes are as bounded as the settings kept
+    bad = "".join(f"n0:1:1 [0] NCCL INFO NCCL_Y{i} set by environment to {'v' * 200}\n"
+                  for i in range(1000))
+    assert len(parse_log(bad.encode(), "bad.log").skipped) == 1 + environment.MAX_ENV
     joined = join([log, parse_log(b"m1:1:1 [0] NCCL INFO Using network IB\n", "m.log")])
     assert len(joined.hosts) == 50 and "m1" not in joined.hosts
     assert any(s.where == "(joined files)" and s.count == 1 for s in joined.skipped)

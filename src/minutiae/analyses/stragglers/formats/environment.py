@@ -69,22 +69,30 @@ class Facts:
         seen[1] += 1
 
     def add(self, no: int, key: str, value: str) -> None:
+        vals = self._slot(no, key)
+        if vals is None:
+            return
         value = value.strip()
         if not value or len(value) > MAX_TEXT or not value.isprintable():
             self.problem(no, f"{key}: value empty, unprintable or longer than {MAX_TEXT} "
                              "characters, not kept")
             return
-        vals = self.values.get(key)
-        if vals is None:
-            if key.startswith("env.") and sum(k.startswith("env.") for k in self.values) >= MAX_ENV:
-                self.problem(no, f"more than {MAX_ENV} NCCL_* settings: the first {MAX_ENV} kept")
-                return
-            vals = self.values[key] = {}
         if value not in vals:
             if len(vals) >= MAX_VALUES:
                 self.problem(no, f"more than {MAX_VALUES} values of {key}: the first kept")
                 return
             vals[value] = None
+
+    def _slot(self, no: int, key: str) -> dict[str, None] | None:
+        """The values of ``key``, admitted first (so the problems named after a key are as
+        bounded as the keys); None past ``MAX_ENV`` settings."""
+        vals = self.values.get(key)
+        if vals is None:
+            if key.startswith("env.") and sum(k.startswith("env.") for k in self.values) >= MAX_ENV:
+                self.problem(no, f"more than {MAX_ENV} NCCL_* settings: the first {MAX_ENV} kept")
+                return None
+            vals = self.values[key] = {}
+        return vals
 
     def host(self, no: int, name: str) -> None:
         if name in self.hosts:
