@@ -13,14 +13,15 @@ from minutiae.cli.regress_common import emit_json, history_options, load, make_c
 def _record(paths: list[Path], db: Path | None, run_id: str | None, signature: str | None,
             as_json: bool) -> None:
     """A run's training log into the run history (the analysis is ``joblevel``'s)."""
-    from minutiae.analyses.stragglers.joblevel import analyse_job, job_record
+    from minutiae.analyses.stragglers.joblevel import analyse_job, log_record, recorded_text
     from minutiae.analyses.stragglers.read import read_trainlog
     from minutiae.errors import ConfigError, InputError
     from minutiae.history.store import RunStore, record_run
 
     if db is None or not run_id or not signature:
         raise ConfigError("--record-log needs --db, --run-id and --signature")
-    report = analyse_job(read_trainlog(paths))
+    log = read_trainlog(paths)
+    report = analyse_job(log)
     try:
         start = min(p.stat().st_mtime for p in paths)
     except OSError as exc:
@@ -28,9 +29,12 @@ def _record(paths: list[Path], db: Path | None, run_id: str | None, signature: s
     if not as_json:  # the report first: a log of slowest-rank reports only has nothing to record
         for line in report.lines():
             click.echo(line, err=True)
-    record_run(RunStore(db), job_record(report, run_id, signature, start))
+    rec = log_record(log, report, run_id, signature, start)
+    record_run(RunStore(db), rec)
     if not as_json:
-        click.echo(f"recorded {run_id} ({signature}) into {db}", err=True)
+        held = recorded_text(rec)
+        click.echo(f"recorded {run_id} ({signature}) into {db}" + (f": {held}" if held else ""),
+                   err=True)
 
 
 @click.command("regress")

@@ -12,7 +12,10 @@ only the slowest rank per interval, still tells.
 - **Slowest-rank reports** (Megatron's StragglerDetector, nvidia-resiliency-ext): a rank named
   the slowest in at least half of the intervals (and two or more) is a suspect, with the
   lines quoted; others named are listed with their counts.
-- :func:`job_record`: the run as a ``RunRecord`` for the run history (``regress`` sees it).
+- :func:`job_record`: the run as a ``RunRecord`` for the run history (``regress`` sees it);
+  :func:`log_record` with the environment the log printed (NCCL, CUDA driver, network,
+  ``NCCL_*`` settings: ``formats.environment``) as attributes and the hosts of its NCCL lines
+  as nodes, so ``regress`` and ``whatchanged`` can name "nccl 2.21.5 → 2.28.9".
 
 Seam for the straggler CLI: ``analyse_job(log) -> JobReport`` (``log`` from
 ``formats.parse_log``/``join``), ``JobReport.lines()`` for text, ``to_json()`` for ``--json``.
@@ -330,3 +333,18 @@ def job_record(report: JobReport, run_id: str, signature: str, start: float,
         raise DataError("the log has no step time nor throughput to record")
     return RunRecord(run_id=run_id, time=start, signature=signature, value=value, metric=metric,
                      nodes=nodes, attrs=dict(attrs or {}), gpus=gpus, duration_s=duration_s)
+
+
+def log_record(log: TrainLog, report: JobReport, run_id: str, signature: str,
+               start: float) -> RunRecord:
+    """:func:`job_record` of ``report`` (the analysis of ``log``) with the environment ``log``
+    printed as attributes and the hosts its NCCL lines name as nodes."""
+    return job_record(report, run_id, signature, start, nodes=log.hosts, attrs=log.attrs)
+
+
+def recorded_text(rec: RunRecord) -> str:
+    """What a recorded run holds besides its step time: ``nccl 2.28.9, nccl_net IB; 2
+    node(s)`` ('' when nothing)."""
+    attrs = ", ".join(f"{k} {rec.attr_text(k)}" for k in sorted(rec.attrs))
+    nodes = f"{len(rec.nodes)} node(s)" if rec.nodes else ""
+    return "; ".join(p for p in (attrs, nodes) if p)

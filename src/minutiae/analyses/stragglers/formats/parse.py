@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import polars as pl
 
-from minutiae.analyses.stragglers.formats import fastrank, megatron
+from minutiae.analyses.stragglers.formats import environment, fastrank, megatron
 from minutiae.analyses.stragglers.formats.base import LineReader
 from minutiae.analyses.stragglers.formats.prefix import strip_frame
 from minutiae.analyses.stragglers.formats.registry import READERS
@@ -217,9 +217,19 @@ def _general_rank(line: bytes) -> tuple[int, float] | None:
 
 
 def _feed(readers: list[LineReader], rest: pl.DataFrame) -> None:
-    for no, line, rank in rest.select("no", "line", "prefix_rank").iter_rows():
-        for r in readers:
-            if r.wants(line) and r.feed(no, rank, line):
+    """Each line to the readers that want it, in registry order, until one takes it. A reader's
+    ``signs`` are tested on the whole frame at once (``LineReader.wants``, vectorised): lines no
+    reader wants never reach Python; a reader with its own ``wants`` is asked line by line."""
+    if rest.height == 0:
+        return
+    own = [type(r).wants is not LineReader.wants for r in readers]
+    want = [pl.lit(True) if mine else pl.col("line").str.contains_any(list(r.signs))
+            if r.signs else pl.lit(False) for r, mine in zip(readers, own, strict=True)]
+    rows = rest.select("no", "line", "prefix_rank", *(w.alias(f"_w{i}") for i, w in enumerate(want)))
+    rows = rows.filter(pl.any_horizontal(pl.col(f"_w{i}") for i in range(len(readers))))
+    for no, line, rank, *wants in rows.iter_rows():
+        for r, w, mine in zip(readers, wants, own, strict=True):
+            if w and (not mine or r.wants(line)) and r.feed(no, rank, line):
                 break
 
 
@@ -250,8 +260,17 @@ def _assemble(where: str, data: Buffer, readers: list[LineReader], mega_ranks: p
         *((r.name, r.seen > 0 or bool(r.totals)) for r in readers)) if hit)
     evidence = _with_steps(tuple(e for r in readers for e in r.rows.evidence), step_df)
     totals = tuple(sorted((f"{r.name}.{k}", v) for r in readers for k, v in r.totals.items()))
+    facts = _facts(readers)
+    skipped += facts.skipped(where)
     return TrainLog(formats, pl.concat(rank_frames, rechunk=False), step_df.sort("line"), mm, evidence,
-                    tuple(skipped), first_line(data), lines, totals)
+                    tuple(skipped), first_line(data), lines, totals, facts.attrs(),
+                    tuple(facts.hosts))
+
+
+def _facts(readers: list[LineReader]) -> environment.Facts:
+    """The environment reader's facts (one per file; empty when the registry has none)."""
+    found = [r.facts for r in readers if isinstance(r, environment.Reader)]
+    return found[0] if found else environment.Facts()
 
 
 def steps_height(steps: list[pl.DataFrame]) -> int:
@@ -293,6 +312,11 @@ def join(logs: Sequence[TrainLog]) -> TrainLog:
         subset=["step", "rank", "seconds", "tokens_per_s", "samples_per_s", "tflops"],
         keep="first", maintain_order=True)
     totals = tuple(t for lg in logs for t in lg.totals)
+    hosts, left = environment.merge_hosts(lg.hosts for lg in logs)
+    if left:
+        skipped.append(Skipped("(joined files)", f"more than {environment.MAX_HOSTS} hosts in "
+                               "NCCL line prefixes: the first kept", left))
     return TrainLog(formats, ranks, steps, pl.concat([lg.minmax for lg in logs]),
                     tuple(e for lg in logs for e in lg.evidence), tuple(skipped),
-                    logs[0].first_line, sum(lg.lines for lg in logs), totals)
+                    logs[0].first_line, sum(lg.lines for lg in logs), totals,
+                    environment.merge_attrs(lg.attrs for lg in logs), hosts)

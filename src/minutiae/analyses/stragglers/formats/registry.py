@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from minutiae.analyses.stragglers.formats import (
     deepspeed,
+    environment,
     hf_trainer,
     lightning,
     megatron_straggler,
@@ -24,6 +25,7 @@ READERS: tuple[type[LineReader], ...] = (
     torchtitan.Reader,           # torchtitan (step: loss: tps: tflops: mfu:)
     lightning.Reader,            # PyTorch Lightning progress bar and SimpleProfiler
     hf_trainer.Reader,           # Hugging Face Trainer log dicts and progress bar
+    environment.Reader,          # NCCL INFO/WARN, DeepSpeed versions: attrs and hosts, no steps
 )
 
 #: every name a log can be recognised as (the vectorised Megatron reader first)

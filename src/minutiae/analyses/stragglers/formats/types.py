@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -64,7 +65,10 @@ class Rows:
 class TrainLog:
     """Everything read from the training logs of one job. ``formats``: the formats recognised
     (registry names); ``first_line``: the first non-empty line of the first file, verbatim;
-    ``totals``: whole-run figures (``hf-trainer.train_steps_per_second``, ...)."""
+    ``totals``: whole-run figures (``hf-trainer.train_steps_per_second``, ...); ``attrs``: the
+    run's environment as the log printed it (``nccl``, ``cuda_driver``, ``nccl_net``,
+    ``env.NCCL_*``, ...: name -> the values seen, as ``RunRecord.attrs``; ``formats.environment``);
+    ``hosts``: the hosts its NCCL lines name, first seen first."""
 
     formats: tuple[str, ...]
     ranks: pl.DataFrame
@@ -75,6 +79,8 @@ class TrainLog:
     first_line: str
     lines: int
     totals: tuple[tuple[str, float], ...] = ()
+    attrs: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    hosts: tuple[str, ...] = ()
 
     def notes(self) -> list[str]:
         return [s.describe() for s in self.skipped]
