@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-#: software-stack attributes we know by name (any other column is kept as an attribute too)
-STACK_KEYS: tuple[str, ...] = ("driver", "cuda", "nccl", "kernel", "firmware", "image")
+#: software-stack attributes we know by name (any other column is kept as an attribute too);
+#: the last four are what training logs print (docs/trainlogs.md, "The run's environment")
+STACK_KEYS: tuple[str, ...] = ("driver", "cuda", "nccl", "kernel", "firmware", "image",
+                               "cuda_driver", "torch", "deepspeed", "aws_ofi_nccl")
 
 #: columns with a fixed meaning; every other CSV column is an attribute
 CORE_COLUMNS = frozenset(

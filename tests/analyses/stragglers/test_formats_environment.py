@@ -234,6 +234,9 @@ def test_whatchanged_names_the_nccl_change_between_two_logged_runs(
     diffs = {d["key"]: (d["a"], d["b"]) for d in doc["differences"] if d["kind"] == "attr"}
     assert diffs == {"nccl": ("2.21.5", "2.28.9")}  # same hosts, driver, CUDA: only NCCL differs
     assert doc["run_b"]["nodes"] == ["kolyoz1", "kolyoz2"]
+    # two runs cannot test it, and the reason given is that, not "never varies"
+    (nccl_diff,) = [d for d in doc["differences"] if d["key"] == "nccl"]
+    assert nccl_diff["effect"] is None and "fewer than 3 runs" in nccl_diff["summary"]
 
 
 def test_a_history_of_logged_runs_gives_the_nccl_change_an_effect(

@@ -40,7 +40,8 @@ DIRECTED_P = 0.32
 class Difference:
     """One thing that differs. ``kind``: ``attr`` (software/config), ``node_added`` (B used it, A
     did not), ``node_removed``, ``signature``. ``effect``: what B's side of it does to step time over
-    the whole history (None: it never varies within a signature, so the history cannot tell).
+    the whole history (None: fewer than 3 runs of signatures that ran both with and without it, so the history
+    cannot tell).
     ``explains``: effect / observed change (1.0 = accounts for all of it; None without an effect, or
     when the observed change is within run-to-run noise, p ≥ 0.05). ``rank``: 1 = best explanation. ``since``: the effect was measured over runs from this time on (the
     earlier of the two runs) because that window holds stronger evidence than the whole history
@@ -105,7 +106,9 @@ def _fmt_p(p: float) -> str:
 
 def _summary(label: str, e: Effect | None) -> str:
     if e is None:
-        return f"{label}: never varies within a signature in the history, cannot be tested"
+        # fe_effect: no signature has it both on and off, or fewer than 3 runs in those that do
+        return (f"{label}: cannot be tested: the history has fewer than 3 runs of a signature "
+                "that ran both with and without it")
     word = "slower" if e.change > 0 else "faster"
     return (f"{label}: {abs(e.change) * 100:.1f} % {word} ({e.n_with} runs with, {e.n_without} "
             f"without, {_fmt_p(e.p_value)})")

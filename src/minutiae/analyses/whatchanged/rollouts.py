@@ -85,7 +85,7 @@ class RolloutVerdict:
         if self.groups is not None:
             return self.groups.text(name)
         if self.effect is None:
-            return f"{name}: untestable (never varies within a signature)"
+            return f"{name}: untestable (fewer than 3 runs of a signature with and without it)"
         return f"{name}: {self.effect.change * 100:+.1f} % fleet-wide"
 
     def to_json(self) -> dict[str, Any]:
