@@ -32,7 +32,7 @@ def test_the_series_are_the_boards_own() -> None:
     """What the capture holds (so the tests below run on what the README says they do)."""
     gemm, copy, train = SERIES["gemm"], SERIES["copy"], SERIES["train"]
     assert gemm.size > 2500 and copy.size > 5000 and train.size > 2700
-    assert 0.01 < train.std() < 0.03 and np.percentile(train, 99) > 0.05  # a real loop's tail
+    assert 0.01 < train.std() < 0.03 and np.percentile(train - np.median(train), 99) > 0.05  # a real loop's tail
     assert 0.01 < gemm.std() < 0.02 and copy.std() < 0.003  # power-capped vs HBM-bound
     lag1 = float(np.corrcoef(gemm[1:], gemm[:-1])[0, 1])
     assert 0.6 < lag1 < 0.85  # wander, not independent noise
