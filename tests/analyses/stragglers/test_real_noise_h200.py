@@ -4,26 +4,11 @@ jobs: R windows of one series as R ranks). Only the fault is injected."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import numpy as np
 import pytest
+from bench_worlds import load_bench
 
-
-def _load() -> ModuleType:
-    path = Path(__file__).resolve().parents[3] / "bench" / "stragglers" / "realnoise.py"
-    spec = importlib.util.spec_from_file_location("realnoise", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["realnoise"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-rn = _load()
+rn = load_bench("realnoise")
 SERIES = rn.series()
 SEEDS = range(10)
 
