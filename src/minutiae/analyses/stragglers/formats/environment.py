@@ -13,7 +13,11 @@ pid, thread and CUDA device, and a WARN line with the source file and line as we
     x:1:1 [0] NCCL INFO NCCL_IB_HCA set by environment to mlx5_0  -> env.NCCL_IB_HCA mlx5_0
     x:1:1 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : ...     (the host only)
 
-and the host of every such line is one of the run's nodes. DeepSpeed: ``DeepSpeed info:
+and the host of every such line is one of the run's nodes. A communicator's init line places a
+rank: ``host:1:2 [3] NCCL INFO comm 0x7f.. rank 11 nranks 16 cudaDev 3 [nvmlDev 3] [busId
+4e000] - Init COMPLETE`` (``ncclCommInitRank[Config] comm ...`` from 2.2x) puts rank 11 on
+``host``, GPU 3; only the largest communicator is kept (the world: TP/PP/DP groups number
+their ranks from 0 again), at most ``MAX_PLACES`` ranks. DeepSpeed: ``DeepSpeed info:
 version=0.14.0, git-hash=…`` (``runtime/engine.py``) and the ``ds_report`` environment block
 Megatron-DeepSpeed prints (``torch version ....... 2.3.0+cu121``, ``deepspeed info ....
 0.15.5+unknown, …``, ``torch cuda version ... 12.1``) give ``deepspeed``, ``torch``,
@@ -37,6 +41,7 @@ MAX_VALUES = 8
 MAX_ENV = 32
 MAX_HOSTS = 16384
 MAX_TEXT = 128
+MAX_PLACES = 1 << 17
 #: RFC 1035: a host name is at most 253 characters
 MAX_HOST = 253
 #: ``NCCL_*`` settings that name a per-run output file: every run would differ in them
@@ -46,6 +51,7 @@ _TAG = re.compile(r"\bNCCL (?:INFO|WARN) ")
 _HOST = re.compile(r"(?<![\w.:-])([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\](?: \S+:\d+)? $")
 _MSG = re.compile(r"(NCCL version |cudaDriverVersion |Using network |NET/Plugin ?: ?|"
                   r"NET/OFI Using aws-ofi-nccl |(NCCL_[A-Z0-9_]{1,48}) set (?:by environment )?to )")
+_COMM = re.compile(r"\bcomm 0x[0-9a-fA-F]{1,16} rank (\d{1,7}) nranks (\d{1,7}) cudaDev (\d{1,4})\b")
 _BARE = re.compile(r"(?:^|[\s)\]|>])NCCL version (\S+)$")
 _VERSION = re.compile(r"(\d{1,3}\.\d{1,3}\.\d{1,4}[A-Za-z0-9]{0,12})(?:\+(cuda|hip)(\d{1,3}\.\d{1,3}))?")
 _PLUGIN = re.compile(r"Loaded (net|collnet) plugin (.+?) \(v\d+\)$")
@@ -63,6 +69,8 @@ class Facts:
         self.values: dict[str, dict[str, None]] = {}
         self.hosts: dict[str, None] = {}
         self.problems: dict[str, list[int]] = {}   # reason -> [first line, count]
+        self.world = 0                              # ranks of the largest communicator seen
+        self.places: dict[int, tuple[str, int]] = {}  # its rank -> (host, CUDA device)
 
     def problem(self, no: int, reason: str) -> None:
         seen = self.problems.setdefault(reason, [no, 0])
@@ -106,6 +114,19 @@ class Facts:
         else:
             self.hosts[name] = None
 
+    def place(self, no: int, rank: int, nranks: int, host: str, dev: int) -> None:
+        """Rank ``rank`` of a communicator of ``nranks`` runs on ``host``, GPU ``dev``."""
+        if not 0 <= rank < nranks or nranks < self.world:
+            return
+        if nranks > MAX_PLACES:
+            self.problem(no, f"a communicator of more than {MAX_PLACES} ranks: ranks not placed")
+            return
+        if nranks > self.world:
+            self.world, self.places = nranks, {}
+        had = self.places.setdefault(rank, (host, dev))
+        if had != (host, dev):
+            self.problem(no, "a rank placed on two hosts or GPUs by NCCL init lines: the first kept")
+
     def attrs(self) -> dict[str, frozenset[str]]:
         return {k: frozenset(v) for k, v in self.values.items() if v}
 
@@ -131,7 +152,10 @@ class Reader(LineReader):
         tag = _TAG.search(line)
         if tag is not None:
             self._host(no, line[:tag.start()])
-            self._nccl(no, line[tag.end():].rstrip())
+            msg = line[tag.end():].rstrip()
+            if "nranks" in msg:
+                self._comm(no, line[:tag.start()], msg)
+            self._nccl(no, msg)
             return True
         return self._other(no, line.rstrip())
 
@@ -145,6 +169,12 @@ class Reader(LineReader):
         m = _HOST.search(head)
         if m is not None:
             self.facts.host(no, m[1])
+
+    def _comm(self, no: int, head: str, msg: str) -> None:
+        m = _COMM.search(msg)
+        h = _HOST.search(head) if m is not None else None
+        if m is not None and h is not None and len(h[1]) <= MAX_HOST:
+            self.facts.place(no, int(m[1]), int(m[2]), h[1], int(m[3]))
 
     def _nccl(self, no: int, msg: str) -> None:
         m = _MSG.match(msg)
@@ -218,6 +248,20 @@ def merge_attrs(parts: Iterable[Mapping[str, frozenset[str]]]) -> dict[str, froz
                 if len(have) < MAX_VALUES:
                     have.add(v)
     return {k: frozenset(v) for k, v in out.items()}
+
+
+def merge_places(parts: Iterable[tuple[int, tuple[tuple[int, str, int], ...]]],
+                 ) -> tuple[int, tuple[tuple[int, str, int], ...]]:
+    """Several files' placements (world size, (rank, host, GPU)...): the largest world's, the
+    first file's placement of a rank kept."""
+    parts = list(parts)
+    world = max((w for w, _ in parts), default=0)
+    out: dict[int, tuple[str, int]] = {}
+    for w, places in parts:
+        if w == world:
+            for rank, host, dev in places:
+                out.setdefault(rank, (host, dev))
+    return world, tuple((r, h, d) for r, (h, d) in sorted(out.items()))
 
 
 def merge_hosts(parts: Iterable[tuple[str, ...]]) -> tuple[tuple[str, ...], int]:

@@ -264,7 +264,8 @@ def _assemble(where: str, data: Buffer, readers: list[LineReader], mega_ranks: p
     skipped += facts.skipped(where)
     return TrainLog(formats, pl.concat(rank_frames, rechunk=False), step_df.sort("line"), mm, evidence,
                     tuple(skipped), first_line(data), lines, totals, facts.attrs(),
-                    tuple(facts.hosts))
+                    tuple(facts.hosts), facts.world,
+                    tuple((r, h, d) for r, (h, d) in sorted(facts.places.items())))
 
 
 def _facts(readers: list[LineReader]) -> environment.Facts:
@@ -319,4 +320,5 @@ def join(logs: Sequence[TrainLog]) -> TrainLog:
     return TrainLog(formats, ranks, steps, pl.concat([lg.minmax for lg in logs]),
                     tuple(e for lg in logs for e in lg.evidence), tuple(skipped),
                     logs[0].first_line, sum(lg.lines for lg in logs), totals,
-                    environment.merge_attrs(lg.attrs for lg in logs), hosts)
+                    environment.merge_attrs(lg.attrs for lg in logs), hosts,
+                    *environment.merge_places((lg.world, lg.places) for lg in logs))

@@ -81,6 +81,9 @@ class TrainLog:
     totals: tuple[tuple[str, float], ...] = ()
     attrs: Mapping[str, frozenset[str]] = field(default_factory=dict)
     hosts: tuple[str, ...] = ()
+    #: the largest NCCL communicator's size and where each of its ranks ran (rank, host, GPU)
+    world: int = 0
+    places: tuple[tuple[int, str, int], ...] = ()
 
     def notes(self) -> list[str]:
         return [s.describe() for s in self.skipped]

@@ -14,7 +14,13 @@ _ADVICE["megatron"] = ("rerun with --timing-log-option all (Megatron prints per-
 
 def per_rank(log: TrainLog) -> pl.DataFrame:
     """``step,rank,seconds,section`` rows: the per-rank timers, else step lines of two or more
-    ranks (per-rank logs, or one log whose lines carry launcher rank prefixes); else empty."""
+    ranks (per-rank logs, or one log whose lines carry launcher rank prefixes); else empty.
+    With ``node,gpu`` too when NCCL's init lines placed every one of those ranks (a rank's
+    node is then named, as a CSV with those columns names it)."""
+    return placed(_rows(log), log)
+
+
+def _rows(log: TrainLog) -> pl.DataFrame:
     if log.ranks.height and log.ranks.select(pl.col("rank").n_unique()).item() >= 2:
         return log.ranks
     s = log.steps.filter(pl.col("rank").is_not_null() & pl.col("seconds").is_not_null())
@@ -23,6 +29,19 @@ def per_rank(log: TrainLog) -> pl.DataFrame:
     return s.group_by("step", "rank", maintain_order=True).agg(pl.col("seconds").last()).select(
         pl.col("step").cast(pl.Int32), pl.col("rank").cast(pl.Int32),
         pl.col("seconds").cast(pl.Float32), pl.lit("").cast(pl.Categorical).alias("section"))
+
+
+def placed(rows: pl.DataFrame, log: TrainLog) -> pl.DataFrame:
+    """``rows`` with each rank's node and GPU from ``log.places`` when all its ranks have one."""
+    if rows.height == 0 or not log.places:
+        return rows
+    where = pl.DataFrame({"rank": [r for r, _, _ in log.places], "node": [h for _, h, _ in log.places],
+                          "gpu": [d for _, _, d in log.places]},
+                         schema={"rank": pl.Int32, "node": pl.String, "gpu": pl.Int32})
+    ranks = rows.select(pl.col("rank").unique())
+    if ranks.join(where, on="rank", how="anti").height:
+        return rows  # some rank was not placed: no half-named table
+    return rows.join(where, on="rank", how="left", maintain_order="left")
 
 
 def describe(log: TrainLog) -> str:
