@@ -75,3 +75,16 @@ def test_stragglers_names_the_node_and_gpu_from_the_log(tmp_path: Path,
     doc = json.loads(capsys.readouterr().out)
     (s,) = doc["suspects"]
     assert s["ranks"] == [11] and s["component"] == f"gpu:{HOSTS[1]}/3"
+
+
+def test_a_restart_onto_other_nodes_names_no_node() -> None:
+    """The same world initialised again with rank 11 on another host (a job resumed on a new
+    allocation): naming ranks by their first host would blame a node they left; none is named."""
+    moved = _init_line(11).replace(HOSTS[1], "A03-R28-I49-4-0000001")
+    text = _tee_log(11) + f"[rank11]:{moved}\n"
+    log = parse_log(text.encode(), "tee.log")
+    assert log.places == () and any("placed on two hosts" in n for n in log.notes())
+    assert "node" not in per_rank(log).columns
+    first = parse_log(_tee_log(11).encode(), "a.log")
+    second = parse_log(moved.encode() + b"\n", "b.log")
+    assert second.world == 16 and join([first, second]).places == ()

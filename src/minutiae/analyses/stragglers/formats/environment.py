@@ -71,6 +71,7 @@ class Facts:
         self.problems: dict[str, list[int]] = {}   # reason -> [first line, count]
         self.world = 0                              # ranks of the largest communicator seen
         self.places: dict[int, tuple[str, int]] = {}  # its rank -> (host, CUDA device)
+        self.moved = False                          # a rank placed on two hosts/GPUs
 
     def problem(self, no: int, reason: str) -> None:
         seen = self.problems.setdefault(reason, [no, 0])
@@ -124,8 +125,16 @@ class Facts:
         if nranks > self.world:
             self.world, self.places = nranks, {}
         had = self.places.setdefault(rank, (host, dev))
-        if had != (host, dev):
-            self.problem(no, "a rank placed on two hosts or GPUs by NCCL init lines: the first kept")
+        if had != (host, dev):  # a restart onto other nodes: no rank is named rather than wrongly
+            self.problem(no, "a rank placed on two hosts or GPUs by NCCL init lines (a restart?): "
+                             "ranks not named by node")
+            self.moved = True
+
+    def placement(self) -> tuple[int, tuple[tuple[int, str, int], ...]]:
+        """(world size, (rank, host, GPU)...), empty once a rank was placed twice differently."""
+        if self.moved:
+            return 0, ()
+        return self.world, tuple((r, h, d) for r, (h, d) in sorted(self.places.items()))
 
     def attrs(self) -> dict[str, frozenset[str]]:
         return {k: frozenset(v) for k, v in self.values.items() if v}
@@ -252,15 +261,17 @@ def merge_attrs(parts: Iterable[Mapping[str, frozenset[str]]]) -> dict[str, froz
 
 def merge_places(parts: Iterable[tuple[int, tuple[tuple[int, str, int], ...]]],
                  ) -> tuple[int, tuple[tuple[int, str, int], ...]]:
-    """Several files' placements (world size, (rank, host, GPU)...): the largest world's, the
-    first file's placement of a rank kept."""
+    """Several files' placements (world size, (rank, host, GPU)...): the largest world's; none
+    when two files place a rank differently (a restart onto other nodes)."""
     parts = list(parts)
     world = max((w for w, _ in parts), default=0)
     out: dict[int, tuple[str, int]] = {}
     for w, places in parts:
-        if w == world:
-            for rank, host, dev in places:
-                out.setdefault(rank, (host, dev))
+        if w != world:
+            continue
+        for rank, host, dev in places:
+            if out.setdefault(rank, (host, dev)) != (host, dev):
+                return 0, ()
     return world, tuple((r, h, d) for r, (h, d) in sorted(out.items()))
 
 

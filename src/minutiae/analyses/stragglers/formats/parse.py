@@ -264,8 +264,7 @@ def _assemble(where: str, data: Buffer, readers: list[LineReader], mega_ranks: p
     skipped += facts.skipped(where)
     return TrainLog(formats, pl.concat(rank_frames, rechunk=False), step_df.sort("line"), mm, evidence,
                     tuple(skipped), first_line(data), lines, totals, facts.attrs(),
-                    tuple(facts.hosts), facts.world,
-                    tuple((r, h, d) for r, (h, d) in sorted(facts.places.items())))
+                    tuple(facts.hosts), *facts.placement())
 
 
 def _facts(readers: list[LineReader]) -> environment.Facts:
