@@ -44,6 +44,7 @@ WINDOW = 100
 __all__ = ["CLIP", "DELTA", "WINDOW", "ShiftTest", "threshold", "upcross"]
 
 
+@lru_cache(maxsize=1024)
 def threshold(alpha: float, model: ArModel | None = None) -> float:
     """``c`` for the test's share ``alpha`` per rank and step, half of it for Gaussian noise:
     Bonferroni over the onsets of a window, ``P(N(0, 1) > c) = alpha / (2 WINDOW)``; with
