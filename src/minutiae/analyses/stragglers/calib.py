@@ -173,10 +173,7 @@ def _root(p: np.ndarray, x: np.ndarray) -> float:
                 t = (lo + hi) / 2
             e = np.exp(t * x)
             m, slope = float(np.dot(p, e)), float(np.dot(px, e))
-            if m < 1.0:
-                lo = t
-            else:
-                hi = t
+            lo, hi = (t, hi) if m < 1.0 else (lo, t)
             if not slope > 0:  # left of the minimum: the root is further right
                 t = min(2.0 * t, hi)
                 continue
@@ -218,6 +215,9 @@ def tail_threshold(d: DetectorDesign, z: np.ndarray) -> float:
     p = counts[seen] / z.size
     x = ((edges[:-1] + edges[1:]) / 2 - d.k)[seen]
     mu = -float(np.dot(p, x))
+    with np.errstate(over="ignore"):  # M(G) < 1: the root is above G (log M is convex, 0 at 0)
+        if float(np.dot(p, np.exp(gaussian_exponent(d.k, d.clip) * x))) < 1.0 - 1e-6:
+            return d.h  # so is theta + 2 se: the design stands (one M, not _root's 6-200)
     theta = _root(p, x)
     if not (mu > 0 and theta > 0):
         return d.h
