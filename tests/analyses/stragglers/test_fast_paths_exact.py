@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from minutiae.analyses.stragglers.armodel import ArModel
+from minutiae.analyses.stragglers.armodel import BINS, LAGS, SPIKE_DIFF, ArModel, Variogram
 from minutiae.analyses.stragglers.calib import (
     SPIKE_Z,
     TAIL_BINS,
@@ -94,3 +94,19 @@ def test_light_tails_take_the_early_exit_and_keep_the_design() -> None:
 
 def test_signature_of_a_white_model_is_flat() -> None:
     assert signature(ArModel()) == (1.0, 0.0)
+
+
+def test_variogram_counts_drop_missing_values_and_spikes() -> None:
+    """Each lag's histogram counts the finite differences below ``SPIKE_DIFF`` on its grid."""
+    rng = np.random.default_rng(11)
+    z = rng.standard_normal((80, 40)).astype(np.float32)
+    z[rng.random(z.shape) < 0.05] = np.nan
+    z[5, :] = 40.0  # a spike: its differences drop out
+    v = Variogram(np.arange(z.shape[1]))
+    v.add(z)
+    for row, h in enumerate((0, *LAGS)):
+        a = np.abs(z) if h == 0 else np.abs(z[h:] - z[:-h])
+        idx = a.ravel() * np.float32(BINS / SPIKE_DIFF)
+        want = np.bincount(idx[idx < BINS].astype(np.int64), minlength=BINS)
+        assert np.array_equal(v.hist[row], want)
+        assert 0 < v.hist[row].sum() < a.size

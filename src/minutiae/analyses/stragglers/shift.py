@@ -125,11 +125,11 @@ class ShiftTest:
 
     def __init__(self, n: int, c: float) -> None:
         self.c = c
-        self.geo = np.ones(n)      # rho^age
-        self.age = np.zeros(n)     # steps in the open excursion (its samples: the same sums)
-        self.s = np.zeros(n)       # sum g x
-        self.g2 = np.zeros(n)      # sum g^2
-        self.sum_r = np.zeros(n)   # sum of r over the excursion
+        #: the excursion's state, one row each (restarted together): rho^age, steps in it
+        #: (its samples: the same sums), sum g x, sum g^2, sum of r
+        self.state = np.zeros((5, n))
+        self.geo, self.age, self.s, self.g2, self.sum_r = self.state
+        self.geo[:] = 1.0
         self.start = np.full(n, -1, dtype=np.int64)
 
     def run(self, z: np.ndarray, r: np.ndarray, ok: np.ndarray | None, steps: np.ndarray,
@@ -179,6 +179,8 @@ class ShiftTest:
         return out
 
     def _restart(self, where: np.ndarray) -> None:
-        for a, v in ((self.geo, 1.0), (self.age, 0.0), (self.s, 0.0), (self.g2, 0.0),
-                     (self.sum_r, 0.0)):
-            np.copyto(a, v, where=where)
+        np.copyto(self.state, _FRESH, where=where[None, :])
+
+
+#: a restarted excursion's state (``ShiftTest.state``)
+_FRESH = np.array([[1.0], [0.0], [0.0], [0.0], [0.0]])
