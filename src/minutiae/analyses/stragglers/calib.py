@@ -168,11 +168,12 @@ def _root(p: np.ndarray, x: np.ndarray) -> float:
         mean = float(np.sum(px))
         var = float(np.dot(px, x)) - mean * mean
         t = -2.0 * mean / var if var > 0 else 1.0  # the exponent of a Gaussian (2 mu / var)
+        e, e64 = np.empty_like(x), np.empty(x.shape)  # exp(t x) in x's precision, and as p's
         for _ in range(200):
             if not lo < t < hi:
                 t = (lo + hi) / 2
-            e = np.exp(t * x)
-            m, slope = float(np.dot(p, e)), float(np.dot(px, e))
+            np.copyto(e64, np.exp(np.multiply(x, t, out=e), out=e))
+            m, slope = float(np.dot(p, e64)), float(np.dot(px, e64))
             lo, hi = (t, hi) if m < 1.0 else (lo, t)
             if not slope > 0:  # left of the minimum: the root is further right
                 t = min(2.0 * t, hi)
