@@ -17,6 +17,7 @@ from minutiae.analyses.stragglers.calib import (
     gaussian_exponent,
     tail_threshold,
 )
+from minutiae.analyses.stragglers.grid import histogram
 from minutiae.analyses.stragglers.shift import CLIP, WINDOW, ShiftTest, _norm_sf, signature, upcross
 from minutiae.analyses.stragglers.types import DetectorDesign
 
@@ -110,3 +111,19 @@ def test_variogram_counts_drop_missing_values_and_spikes() -> None:
         want = np.bincount(idx[idx < BINS].astype(np.int64), minlength=BINS)
         assert np.array_equal(v.hist[row], want)
         assert 0 < v.hist[row].sum() < a.size
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("clip", [3.0, 3.6166666, np.float64(2.05)])
+def test_tail_histogram_is_numpys(dtype: type, clip: float) -> None:
+    """The same counts and centres as ``np.histogram``, values on the edges, beyond the range
+    (a float32 clip can round past it) and NaN included."""
+    rng = np.random.default_rng(12)
+    a: np.ndarray = np.clip(rng.standard_t(3, 5000), -clip, clip).astype(dtype)
+    a[::50], a[1::50], a[2::97] = dtype(clip), dtype(-clip), np.nan
+    a[3::101] = 0.5 * clip + np.spacing(dtype(clip))  # around an inner edge
+    counts, edges = np.histogram(a, bins=TAIL_BINS, range=(-clip, clip))
+    got, centres = histogram(a, -clip, clip, TAIL_BINS)
+    assert np.array_equal(got, counts)
+    assert np.array_equal(centres, (edges[:-1] + edges[1:]) / 2)
+    assert centres.dtype == edges.dtype

@@ -42,6 +42,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from minutiae.analyses.stragglers.grid import histogram
 from minutiae.analyses.stragglers.specfun import beta_median
 from minutiae.analyses.stragglers.types import Design, DetectorDesign
 
@@ -210,11 +211,10 @@ def tail_threshold(d: DetectorDesign, z: np.ndarray) -> float:
     if z.size < MIN_TAIL_VALUES:
         return d.h
     # the clipped increments on a fine grid (their MGF is then a short dot product)
-    counts, edges = np.histogram(np.clip(z, -d.clip, d.clip), bins=TAIL_BINS,
-                                 range=(-d.clip, d.clip))
+    counts, centres = histogram(np.clip(z, -d.clip, d.clip), -d.clip, d.clip, TAIL_BINS)
     seen = counts > 0
     p = counts[seen] / z.size
-    x = ((edges[:-1] + edges[1:]) / 2 - d.k)[seen]
+    x = (centres - d.k)[seen]
     mu = -float(np.dot(p, x))
     with np.errstate(over="ignore"):  # M(G) < 1: the root is above G (log M is convex, 0 at 0)
         if float(np.dot(p, np.exp(gaussian_exponent(d.k, d.clip) * x))) < 1.0 - 1e-6:
