@@ -159,6 +159,7 @@ def _root(p: np.ndarray, x: np.ndarray) -> float:
     monotonically onto it, left of it a step lands right of it, left of M's minimum the point
     doubles. 4-7 evaluations of M instead of a 60-step bisection, the same root to 1e-13
     (tests/analyses/stragglers/test_calib_root.py compares the two on a grid)."""
+    x = np.asarray(x, dtype=np.float64)  # on a float32 grid M moves in steps: no convergence
     px = p * x
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # inf: far above it
         if not float(np.dot(p, np.exp(ROOT_MAX * x))) >= 1.0:
@@ -213,8 +214,7 @@ def tail_threshold(d: DetectorDesign, z: np.ndarray) -> float:
     # the clipped increments on a fine grid (their MGF is then a short dot product)
     counts, centres = histogram(np.clip(z, -d.clip, d.clip), -d.clip, d.clip, TAIL_BINS)
     seen = counts > 0
-    p = counts[seen] / z.size
-    x = (centres - d.k)[seen]
+    p, x = counts[seen] / z.size, (centres - d.k)[seen]
     mu = -float(np.dot(p, x))
     with np.errstate(over="ignore"):  # M(G) < 1: the root is above G (log M is convex, 0 at 0)
         if float(np.dot(p, np.exp(gaussian_exponent(d.k, d.clip) * x))) < 1.0 - 1e-6:
