@@ -20,6 +20,7 @@ variogram accumulates over the whole job (``Variogram``) and the model is refitt
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -53,17 +54,7 @@ class ArModel:
 
     def gain(self) -> float:
         """The steady-state Kalman gain (the Riccati recursion iterated to its fixed point)."""
-        if self.white:
-            return 0.0
-        w = max(self.w, 1e-6 * self.a)
-        q = self.a * (1.0 - self.phi * self.phi)
-        pred = self.a
-        for _ in range(500):
-            new = self.phi * self.phi * pred * w / (pred + w) + q
-            if abs(new - pred) <= 1e-12 * pred:
-                break
-            pred = new
-        return pred / (pred + w)
+        return 0.0 if self.white else _gain(self.phi, self.a, self.w)
 
     def passes(self) -> float:
         """The share of a lasting shift the innovations keep once the filter has settled."""
@@ -84,6 +75,21 @@ class ArModel:
     def to_json(self) -> dict[str, float]:
         return {"phi": self.phi, "ar_share": round(self.a, 4), "white_share": round(self.w, 4),
                 "passes": round(self.passes(), 4)}
+
+
+@functools.lru_cache(maxsize=4096)
+def _gain(phi: float, a: float, w: float) -> float:
+    """``ArModel.gain`` of an AR model (cached: a job's refits ask for the same few models
+    thousands of times)."""
+    w = max(w, 1e-6 * a)
+    q = a * (1.0 - phi * phi)
+    pred = a
+    for _ in range(500):
+        new = phi * phi * pred * w / (pred + w) + q
+        if abs(new - pred) <= 1e-12 * pred:
+            break
+        pred = new
+    return pred / (pred + w)
 
 
 def columns(n: int) -> np.ndarray:
@@ -141,8 +147,9 @@ class Variogram:
 
     def _count(self, i: int, a: np.ndarray) -> None:
         idx = a.ravel() * np.float32(BINS / SPIKE_DIFF)
-        idx = idx[idx < BINS]  # NaN compares False: missing values drop out, and spikes
-        self.hist[i] += np.bincount(idx.astype(np.int64), minlength=BINS)
+        # NaN (missing) and spikes go to an extra bin, dropped (cheaper than a selection)
+        np.fmin(idx, np.float32(BINS), out=idx)
+        self.hist[i] += np.bincount(idx.astype(np.int64), minlength=BINS + 1)[:BINS]
 
     def add(self, r: np.ndarray, scale: np.ndarray | None = None,
             missing: np.ndarray | None = None, gone: np.ndarray | None = None) -> None:

@@ -42,6 +42,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from minutiae.analyses.stragglers.grid import histogram
 from minutiae.analyses.stragglers.specfun import beta_median
 from minutiae.analyses.stragglers.types import Design, DetectorDesign
 
@@ -158,6 +159,7 @@ def _root(p: np.ndarray, x: np.ndarray) -> float:
     monotonically onto it, left of it a step lands right of it, left of M's minimum the point
     doubles. 4-7 evaluations of M instead of a 60-step bisection, the same root to 1e-13
     (tests/analyses/stragglers/test_calib_root.py compares the two on a grid)."""
+    x = np.asarray(x, dtype=np.float64)  # on a float32 grid M moves in steps: no convergence
     px = p * x
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # inf: far above it
         if not float(np.dot(p, np.exp(ROOT_MAX * x))) >= 1.0:
@@ -168,15 +170,13 @@ def _root(p: np.ndarray, x: np.ndarray) -> float:
         mean = float(np.sum(px))
         var = float(np.dot(px, x)) - mean * mean
         t = -2.0 * mean / var if var > 0 else 1.0  # the exponent of a Gaussian (2 mu / var)
+        e, e64 = np.empty_like(x), np.empty(x.shape)  # exp(t x) in x's precision, and as p's
         for _ in range(200):
             if not lo < t < hi:
                 t = (lo + hi) / 2
-            e = np.exp(t * x)
-            m, slope = float(np.dot(p, e)), float(np.dot(px, e))
-            if m < 1.0:
-                lo = t
-            else:
-                hi = t
+            np.copyto(e64, np.exp(np.multiply(x, t, out=e), out=e))
+            m, slope = float(np.dot(p, e64)), float(np.dot(px, e64))
+            lo, hi = (t, hi) if m < 1.0 else (lo, t)
             if not slope > 0:  # left of the minimum: the root is further right
                 t = min(2.0 * t, hi)
                 continue
@@ -212,12 +212,13 @@ def tail_threshold(d: DetectorDesign, z: np.ndarray) -> float:
     if z.size < MIN_TAIL_VALUES:
         return d.h
     # the clipped increments on a fine grid (their MGF is then a short dot product)
-    counts, edges = np.histogram(np.clip(z, -d.clip, d.clip), bins=TAIL_BINS,
-                                 range=(-d.clip, d.clip))
+    counts, centres = histogram(np.clip(z, -d.clip, d.clip), -d.clip, d.clip, TAIL_BINS)
     seen = counts > 0
-    p = counts[seen] / z.size
-    x = ((edges[:-1] + edges[1:]) / 2 - d.k)[seen]
+    p, x = counts[seen] / z.size, (centres - d.k)[seen]
     mu = -float(np.dot(p, x))
+    with np.errstate(over="ignore"):  # M(G) < 1: the root is above G (log M is convex, 0 at 0)
+        if float(np.dot(p, np.exp(gaussian_exponent(d.k, d.clip) * x))) < 1.0 - 1e-6:
+            return d.h  # so is theta + 2 se: the design stands (one M, not _root's 6-200)
     theta = _root(p, x)
     if not (mu > 0 and theta > 0):
         return d.h
