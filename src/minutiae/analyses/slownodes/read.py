@@ -35,7 +35,8 @@ FLEET_COLUMNS = ("node",)
 JOBS_COLUMNS = ("nodes", "start", "end", "job_id")
 #: a fleet or jobs table larger than this is not one (a week of 1,024 nodes is ~2 MB)
 SIDE_TABLE_LIMIT = 256 << 20
-_CSV_ERRORS = (OSError, pl.exceptions.PolarsError, ValueError, OverflowError)
+_CSV_ERRORS = (OSError, pl.exceptions.PolarsError, ValueError, OverflowError,
+               pl.exceptions.PanicException)  # a Rust panic on a cut quote: stragglers/parse.py
 
 
 def read_side_table(path: Path, what: str, columns: tuple[str, ...]) -> pl.DataFrame:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Mapping
 
 import polars as pl
 
@@ -21,7 +22,10 @@ from minutiae.analyses.stragglers.sniff import PARQUET_MAGIC, looks_like_csv
 from minutiae.errors import DataError, ParseError
 
 NUMERIC = {"step": pl.Int64, "rank": pl.Int64, "seconds": pl.Float64, "ms": pl.Float64}
-POLARS_ERRORS = (pl.exceptions.PolarsError, ValueError, OSError, UnicodeDecodeError, OverflowError)
+#: what polars raises on input it cannot read; a panic of its Rust code (PanicException, a
+#: BaseException) too: a CSV whose last line is cut inside a quote panicked the reader
+POLARS_ERRORS = (pl.exceptions.PolarsError, ValueError, OSError, UnicodeDecodeError, OverflowError,
+                 pl.exceptions.PanicException)
 
 
 def parse_timings(data: bytes, where: str) -> pl.DataFrame:
@@ -47,6 +51,13 @@ def timings_of(log: TrainLog, where: str) -> pl.DataFrame:
     return rows
 
 
+def _read_csv(body: bytes, typed: Mapping[str, type[pl.DataType]]) -> pl.DataFrame:
+    with warnings.catch_warnings():  # ragged lines are truncated on purpose
+        warnings.simplefilter("ignore", UserWarning)
+        return pl.read_csv(io.BytesIO(body), infer_schema_length=0, truncate_ragged_lines=True,
+                           encoding="utf8-lossy", ignore_errors=True, schema_overrides=typed)
+
+
 def parse_csv(data: bytes, where: str, header: str | None = None) -> pl.DataFrame:
     """CSV bytes; ``header`` supplies the column line for a chunk read from a growing file."""
     body = (header.encode() + b"\n" + data) if header is not None else data
@@ -54,11 +65,13 @@ def parse_csv(data: bytes, where: str, header: str | None = None) -> pl.DataFram
         "utf-8", errors="replace")
     names = {c.strip() for c in first.split(",")}
     typed = {c: t for c, t in NUMERIC.items() if c in names}  # bad cells -> null, counted later
+    cut = body.rfind(b"\n") + 1
+    if 0 < cut < len(body) and b'"' in body[cut:]:
+        # a file cut inside a quoted field: polars 1.x panics on it, or reads `"0.9` as 0.0; that
+        # partial last line is no value (as a training log's is not), the lines before it are
+        body = body[:cut]
     try:
-        with warnings.catch_warnings():  # ragged lines are truncated on purpose
-            warnings.simplefilter("ignore", UserWarning)
-            df = pl.read_csv(io.BytesIO(body), infer_schema_length=0, truncate_ragged_lines=True,
-                             encoding="utf8-lossy", ignore_errors=True, schema_overrides=typed)
+        df = _read_csv(body, typed)
     except POLARS_ERRORS as exc:
         raise ParseError(f"not a timing CSV ({_short(exc)})", where) from None
     if df.width < 3 and not header:
