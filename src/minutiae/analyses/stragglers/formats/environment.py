@@ -261,18 +261,14 @@ def merge_attrs(parts: Iterable[Mapping[str, frozenset[str]]]) -> dict[str, froz
 
 def merge_places(parts: Iterable[tuple[int, tuple[tuple[int, str, int], ...]]],
                  ) -> tuple[int, tuple[tuple[int, str, int], ...]]:
-    """Several files' placements (world size, (rank, host, GPU)...): the largest world's; none
-    when two files place a rank differently (a restart onto other nodes)."""
-    parts = list(parts)
-    world = max((w for w, _ in parts), default=0)
-    out: dict[int, tuple[str, int]] = {}
-    for w, places in parts:
-        if w != world:
-            continue
+    """Several files' placements (world size, (rank, host, GPU)...) as one file's would be
+    (``Facts.place``): the largest world's; none when two files place a rank differently (a
+    restart onto other nodes)."""
+    facts = Facts()
+    for world, places in parts:
         for rank, host, dev in places:
-            if out.setdefault(rank, (host, dev)) != (host, dev):
-                return 0, ()
-    return world, tuple((r, h, d) for r, (h, d) in sorted(out.items()))
+            facts.place(0, rank, world, host, dev)
+    return facts.placement()
 
 
 def merge_hosts(parts: Iterable[tuple[str, ...]]) -> tuple[tuple[str, ...], int]:
