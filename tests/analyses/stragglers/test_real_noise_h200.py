@@ -44,3 +44,35 @@ def test_a_10pc_gpu_is_found_under_the_power_caps_wander(workload: str) -> None:
         target = (3 * seed + 1) % 16
         sus = rn.suspects(rn.job(x, 16, 150, seed, 0.10, target), workload)
         assert any(s["scope"] == "gpu" and target in s["ranks"] for s in sus), seed
+
+
+@pytest.mark.parametrize("workload", ["gemm", "mixed"])
+def test_power_capped_loops_after_their_ramp_have_no_suspect(workload: str) -> None:
+    """The GEMM loops' only false suspects were the board's power ramp after the load changed
+    (310 W to the 700 W cap, the clock dipping as the cap bites), which a job has on every GPU
+    at once; placed mid-job on one rank (``+ramp``) it is one GPU slow for ~10 steps."""
+    x = SERIES[workload]
+    assert x.size < SERIES[f"{workload}+ramp"].size
+    for seed in range(20):
+        assert rn.suspects(rn.job(x, 16, 150, seed, 0.0, 0), workload) == [], seed
+
+
+def test_the_ramp_is_cut_where_nvml_says_power_settled() -> None:
+    import polars as pl
+
+    d = pl.read_csv(rn.DATA).filter(pl.col("workload") == "gemm").sort("step")
+    first = rn.settled(d) - rn.MARGIN
+    power = d.filter(pl.col("power_w").is_not_null() & (pl.col("step") < first))["power_w"]
+    assert power.max() < 0.97 * d["power_w"].median() and first <= 60  # a ramp, not the run
+
+
+def test_a_3pc_gpu_on_the_training_loop_is_found_within_50_steps() -> None:
+    """A +3 % fault measured +2.7-3.0 % with an interval to 3.0-3.3 %, less a warm-up offset
+    of 0.2-0.5 % that was noise: it reaches the 3 % floor only once the interval counts that
+    offset's own uncertainty (``floor.widened``; four of these seeds were dropped before)."""
+    x = SERIES["train"]
+    for seed in (2, 6, 8, 10):
+        target = int(np.random.default_rng(1000 + seed).integers(16))
+        sus = rn.suspects(rn.job(x, 16, 150, seed, 0.03, target), "train")
+        hit = [s for s in sus if target in s["ranks"]]
+        assert hit and hit[0]["detected_step"] - rn.ONSET + 1 <= 50, seed

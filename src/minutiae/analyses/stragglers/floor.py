@@ -66,16 +66,40 @@ def before_onset(det: SeriesDetector) -> tuple[np.ndarray, np.ndarray]:
     return np.where(det.alarm_step >= 0, mean, np.nan), n
 
 
+@dataclass(frozen=True, slots=True)
+class OwnOffset:
+    """Per rank (``index``: rank -> column): the offset credited to it (``credit``) and that
+    estimate's variance (``var``), both as log-ratios."""
+
+    credit: np.ndarray
+    var: np.ndarray
+    index: dict[int, int]
+
+    def __call__(self, s: Suspect) -> float:
+        """A suspect's offset: the median over its ranks."""
+        return float(np.median(self.credit[self._cols(s)]))
+
+    def variance(self, s: Suspect) -> float:
+        """That median's variance: one rank's, or pi/2 x the median of its ranks' over their
+        count."""
+        v = self.var[self._cols(s)]
+        return float(v[0]) if v.size == 1 else float(np.pi / 2 * np.median(v) / v.size)
+
+    def _cols(self, s: Suspect) -> list[int]:
+        return [self.index[r] for r in s.ranks]
+
+
 def own_offset(warm: np.ndarray, var: np.ndarray, index: dict[int, int],
-               pre: tuple[np.ndarray, np.ndarray, int] | None = None,
-               ) -> Callable[[Suspect], float]:
+               pre: tuple[np.ndarray, np.ndarray, int] | None = None) -> OwnOffset:
     """A suspect's offset in its own warm-up (the median over its ranks), for judging what is
     new. A positive offset counts in full (what a GPU already had is never blamed on it). A
     negative one (it was faster) is credited only as far as the job's ranks have persistent
-    offsets at all: shrunk by ``tau^2 / (tau^2 + var)``, ``tau^2`` the spread of the warm-up
+    offsets at all: shrunk by ``k = tau^2 / (tau^2 + var)``, ``tau^2`` the spread of the warm-up
     offsets across ranks less what their estimates' own noise ``var`` explains (empirical
     Bayes). Without a lottery a warm-up that happened to run fast is noise, and a 2 % fault
-    stays a 2 % fault; with a 0.7 % lottery most of a GPU's head start is real.
+    stays a 2 % fault; with a 0.7 % lottery most of a GPU's head start is real. The credit's
+    variance is its estimate's (``k`` times it when shrunk): ``above_floor`` widens a
+    suspect's interval by it, since what is new is a difference of two estimates.
 
     ``pre`` (per rank: the mean log-ratio over every step tested before its alarm's onset, how
     many, and the warm-up's steps) stands in for the warm-up where it has more steps: a
@@ -89,6 +113,7 @@ def own_offset(warm: np.ndarray, var: np.ndarray, index: dict[int, int],
     with np.errstate(invalid="ignore", divide="ignore"):
         shrink = np.where(tau2 + var > 0, tau2 / (tau2 + var), 0.0)
     credit = np.where(warm > 0, warm, warm * shrink)
+    cvar = np.where(warm > 0, var, var * shrink)
     if pre is not None:
         mean, n, steps = pre
         more = np.isfinite(mean) & (n > steps)
@@ -96,7 +121,8 @@ def own_offset(warm: np.ndarray, var: np.ndarray, index: dict[int, int],
             v = var * steps / np.maximum(n, 1.0)  # the offset's variance, ~1 / steps
             k = np.where(tau2 + v > 0, tau2 / (tau2 + v), 0.0)
         credit = np.where(more, np.where(mean > 0, mean, mean * k), credit)
-    return lambda s: float(np.median(credit[[index[r] for r in s.ranks]]))
+        cvar = np.where(more, np.where(mean > 0, v, v * k), cvar)
+    return OwnOffset(credit, cvar, index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +175,7 @@ def spread_bound(units: int) -> float:
 
 def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
                 start: StartOffsets, still: Callable[[Suspect], float] | None = None,
-                offset: Callable[[Suspect], float] | None = None,
+                offset: OwnOffset | None = None,
                 level: Callable[[Suspect], float] | None = None,
                 ) -> tuple[list[Suspect], int]:
     """The suspects that reach the floor, and how many alarms did not.
@@ -162,7 +188,10 @@ def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
     that is found. A later one is judged on what is new, against its own warm-up:
     its size and interval less ``offset(s)``, the median ratio its ranks had in the warm-up (a
     GPU 1.5 % behind by its lottery and 2 % more by a wander is 2 % slower than it was; one 1 %
-    ahead by its lottery that is now 2 % behind its peers is 3 % slower than it was). Within
+    ahead by its lottery that is now 2 % behind its peers is 3 % slower than it was); the
+    interval is widened by the offset's own uncertainty (``OwnOffset.variance``: a +3.0 % fault
+    on a real training loop read +3.0 % (interval to +3.26 %) less a warm-up offset of 0.31 %
+    that was noise, and was dropped for an interval that ignored it). Within
     ``NEAR`` floors it must still be slow: ``still(s)`` (its mean log-ratio over its last
     steps) less that offset at least ``STILL_SHARE`` of the floor (a wandering GPU drifts to the
     floor and back; a faulty one stays). Within ``NEAR`` floors a GPU's size is also at most
@@ -190,7 +219,7 @@ def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
         # new, and a GPU that was 1 % ahead and is now 2 % behind slowed by 3 %
         shift = offset(s) if offset is not None else 0.0
         big = robust(s, float(np.expm1(np.log1p(size(s)) - shift)), shift, need)
-        high = float(np.expm1(np.log1p(s.ci_high) - shift))
+        high = float(np.expm1(widened(s, shift, offset.variance(s) if offset is not None else 0.0)))
         if still is not None and big < NEAR * need and not (
                 still(s) - shift >= STILL_SHARE * float(np.log1p(floor))):
             return False
@@ -198,6 +227,15 @@ def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
 
     keep = [s for s in suspects if ok(s)]
     return keep, len(suspects) - len(keep)
+
+
+def widened(s: Suspect, shift: float, var: float) -> float:
+    """The upper end of a suspect's 95 % interval as a log-ratio, less ``shift`` (an offset
+    estimated with variance ``var``): the half-width is ``1.96 sqrt(se^2 + var)``, ``se`` the
+    slowdown's own standard error (its interval's upper half-width over 1.96)."""
+    mid = float(np.log1p(s.slowdown))
+    se = max(float(np.log1p(s.ci_high)) - mid, 0.0) / 1.96
+    return mid - shift + 1.96 * float(np.sqrt(se * se + max(var, 0.0)))
 
 
 def slowest(meta: RankMeta, det: SeriesDetector, share: float, job_gpus: int,
