@@ -1,8 +1,11 @@
 """minutiae's straggler detector on jobs from the independent generator (``worlds.py``).
 
     .venv/bin/python bench/stragglers/structures.py [--seeds 10] [--only NAME] [--json out.json]
-        [--first-seed 0] [--jobs N]
+        [--first-seed 0] [--jobs N] [--false-alarms F]
     .venv/bin/python bench/stragglers/structures.py --calibration [--seeds 10]
+
+``--false-alarms F`` runs the detector at another false-alarm target (per 1,000 node-days;
+default the CLI's 0.1): what detection a looser budget buys under the same noise.
 
 ``MINUTIAE_SRC=DIR`` measures another copy of the source (e.g. ``git archive`` of an older
 commit) on the same worlds.
@@ -41,6 +44,8 @@ GOALS = {"gpu+10%": 5, "gpu+5%": 20, "gpu+3%": 50, "node+5%": 20, "node+8%_from0
 
 #: worker processes the jobs are spread over (``--jobs``; 1: in this process)
 JOBS = 1
+#: the detector's options (``--false-alarms``; set before the worker pool forks)
+OPTIONS = Options()
 _POOL = None
 
 
@@ -59,7 +64,7 @@ def run_one(w: worlds.World) -> dict:
     df = worlds.table(w)
     t0 = time.perf_counter()
     try:
-        report = analyse_runs(df, w.name, None, Options())
+        report = analyse_runs(df, w.name, None, OPTIONS)
     except MinutiaeError as exc:
         return {"error": str(exc), "suspects": [], "warnings": [], "seconds": 0.0}
     out = {"suspects": [s.to_json() for s in report.suspects], "warnings": list(report.warnings),
@@ -225,9 +230,12 @@ def main() -> None:
                     help="seeds first_seed .. first_seed + seeds - 1 (10: seeds never looked at "
                          "while the detector was built)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (wall time only)")
+    ap.add_argument("--false-alarms", type=float, default=Options().false_alarms,
+                    help="the detector's target per 1,000 node-days")
     a = ap.parse_args()
-    global JOBS
+    global JOBS, OPTIONS
     JOBS = a.jobs
+    OPTIONS = Options(false_alarms=a.false_alarms)
     t0, c0 = time.perf_counter(), _cpu()
     load0 = os.getloadavg()[0]
     if a.calibration:
@@ -241,6 +249,8 @@ def main() -> None:
     f = fault_rows(a.seeds, a.only, None, a.first_seed)
     f2 = fault_rows(a.seeds, a.only, worlds.NO_AR, a.first_seed)
     seeds = f"seeds {a.first_seed}-{a.first_seed + a.seeds - 1}"
+    if a.false_alarms != Options().false_alarms:
+        seeds += f"; --false-alarms {a.false_alarms:g}"
     print(f"== benign structures ({seeds}; goal 0 suspects)")
     print(f"{'structure':<26} {'ranks':>5} {'jobs w/ sus':>11} {'suspects':>8} {'max':>4} "
           f"{'stopped':>7} {'refused':>7}  scopes / peers")
