@@ -248,6 +248,7 @@ def main() -> None:
     b = benign_rows(a.seeds, a.only, a.first_seed)
     f = fault_rows(a.seeds, a.only, None, a.first_seed)
     f2 = fault_rows(a.seeds, a.only, worlds.NO_AR, a.first_seed)
+    f3 = fault_rows(a.seeds, a.only, worlds.ISSUE_AR, a.first_seed)
     seeds = f"seeds {a.first_seed}-{a.first_seed + a.seeds - 1}"
     if a.false_alarms != Options().false_alarms:
         seeds += f"; --false-alarms {a.false_alarms:g}"
@@ -259,7 +260,8 @@ def main() -> None:
               f"{r['suspects_total']:>8} {r['suspects_max']:>4} {r['stopped']:>7} "
               f"{r['refused']:>7}  {','.join(r['scopes']) or '-'} / {r['grouping']}")
     for title, rows in ((f"TP-shared + AR(1) 0.95 + lottery 0.7 % + t(4) noise ({seeds})", f),
-                        (f"the same without the AR(1) wander ({seeds})", f2)):
+                        (f"the same without the AR(1) wander ({seeds})", f2),
+                        (f"AR(1) 0.95 wander of 1 % alone, 1.2 % white noise ({seeds})", f3)):
         print(f"\n== faults under {title}")
         _print_faults(rows)
     print("(wait_total: found = the collective-wait limit said and a job-level step-time change;"
@@ -272,7 +274,7 @@ def main() -> None:
     print(f"\n{time.perf_counter() - t0:.0f} s wall, {_cpu() - c0:.0f} CPU s (workers included), "
           f"{a.jobs} process(es), load {load0:.1f} -> {os.getloadavg()[0]:.1f}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"benign": b, "faults": f, "faults_no_ar": f2},
+        Path(a.json).write_text(json.dumps({"benign": b, "faults": f, "faults_no_ar": f2, "faults_issue_ar": f3},
                                            indent=1, default=str))
 
 

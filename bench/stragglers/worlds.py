@@ -272,6 +272,8 @@ def benign(seed: int) -> list[World]:
 
 #: the hard mixture without its AR(1) wander (TP-shared, lottery, t tails)
 NO_AR = {k: v for k, v in HARD.items() if not k.startswith("ar_")}
+#: the wander as issue 13 states it (AR(1), phi 0.9-0.97, 1 %), alone, on the default 1.2 % noise
+ISSUE_AR = {"ar_phi": 0.95, "ar_sd": 0.01}
 
 
 def faulty(seed: int, noise: dict[str, float] | None = None) -> list[World]:
