@@ -300,3 +300,23 @@ def test_what_a_gpu_already_had_in_the_warm_up_is_not_new_slowdown() -> None:
     r = analyse(prepare(df, "offsets"))
     assert [s.rank for s in r.suspects] == [40]
     assert r.slowest[0].rank == 5
+
+
+@pytest.mark.parametrize("seed", (5, 8, 17, 20, 35))
+def test_a_gpu_slow_from_step_0_whose_alarm_is_dated_late_is_kept(seed: int) -> None:
+    # +4 % from step 0 under 5 % noise: the alarm's onset is dated at step 46-270 and its steps
+    # before it are as slow, so nothing is "new" since; it was slow all along (these seeds were
+    # dropped before floor.whole_run re-dated such a suspect to the first step)
+    import numpy as np
+    import polars as pl
+
+    rng = np.random.default_rng(seed)
+    ranks, steps = 64, 400
+    x = np.exp(rng.normal(0, 0.05, (steps, ranks)))
+    x[:, 7] *= 1.04
+    df = pl.DataFrame({"step": np.repeat(np.arange(steps), ranks),
+                       "rank": np.tile(np.arange(ranks), steps), "seconds": x.ravel(),
+                       "node": np.tile(np.arange(ranks) // 8, steps).astype(str)})
+    r = analyse_runs(df, "from0", None, Options())
+    assert [(s.scope.value, s.ranks, s.since_step) for s in r.suspects] == [("gpu", (7,), 0)]
+    assert 0.03 < r.suspects[0].slowdown < 0.05

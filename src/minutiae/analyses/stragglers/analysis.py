@@ -39,6 +39,7 @@ from minutiae.analyses.stragglers.floor import (
     own_offset,
     slowest,
     spread,
+    whole_run,
 )
 from minutiae.analyses.stragglers.jobseries import JobSeries, wait_included
 from minutiae.analyses.stragglers.layout import Layout
@@ -346,7 +347,8 @@ class StragglerAnalysis:
                                       still_slow(rows, index),
                                       own_offset(self.warm_offset, self._offset_var(), index,
                                                  (*before_onset(self.compute), self.warm_steps)),
-                                      level(rows, index, steps))
+                                      level(rows, index, steps),
+                                      whole_run(self.compute, index, first))
         listed = slowest(self.meta, self.compute, comp_share, n,
                          {r for s in suspects for r in s.ranks}, self.rho)
         stopped = []

@@ -12,7 +12,7 @@ every step tested, with what they cost the job, for the replace-or-not question.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -177,6 +177,7 @@ def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
                 start: StartOffsets, still: Callable[[Suspect], float] | None = None,
                 offset: OwnOffset | None = None,
                 level: Callable[[Suspect], float] | None = None,
+                whole: Callable[[Suspect], Suspect] | None = None,
                 ) -> tuple[list[Suspect], int]:
     """The suspects that reach the floor, and how many alarms did not.
 
@@ -197,7 +198,14 @@ def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
     floor and back; a faulty one stays). Within ``NEAR`` floors a GPU's size is also at most
     ``level(s)`` (``moving.level``: the median of its log-ratios since its onset): slowness
     that comes on some steps only (a hot expert's turns on each rank of its group) lifts a mean,
-    a hardware slowdown lifts every step."""
+    a hardware slowdown lifts every step.
+
+    A later suspect that is not slower than it was may have been slow all along, its onset
+    dated late by noise (a GPU +4 % from step 0 under 5 % noise: alarms dated at steps 25-270,
+    its steps before them as slow, so nothing "new": 14 of 40 such jobs lost it). ``whole(s)``
+    re-dates it to the first step with its mean over every step tested, and it is judged as
+    any slowdown present from the start is (``StartOffsets.need``): a lottery offset that
+    alarmed late still meets the lottery's tail."""
     if floor <= 0:
         return suspects, 0
 
@@ -208,11 +216,20 @@ def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
         lv = level(s)
         return min(est, float(np.expm1(lv - shift))) if np.isfinite(lv) else est
 
+    def from_start(s: Suspect) -> bool:
+        need = start.need(s, floor)
+        return robust(s, s.slowdown, 0.0, need) >= need
+
+    def judged(s: Suspect) -> Suspect | None:
+        if s.since_step <= warm_end:
+            return s if from_start(s) else None
+        if ok(s):
+            return s
+        w = whole(s) if whole is not None else None
+        return w if w is not None and from_start(w) else None
+
     def ok(s: Suspect) -> bool:
         need = floor
-        if s.since_step <= warm_end:
-            need = start.need(s, floor)
-            return robust(s, s.slowdown, 0.0, need) >= need
         # a transient fault (a 30 % fail-slow for 20 minutes of a long job) averages out
         # below the floor after it ends: its size when found counts too
         # judged against its own warm-up: what it had then (its lottery, either way) is not
@@ -225,8 +242,23 @@ def above_floor(suspects: list[Suspect], floor: float, warm_end: int,
             return False
         return big >= KEEP_SHARE * need and max(high, big) >= need
 
-    keep = [s for s in suspects if ok(s)]
+    keep = [k for k in map(judged, suspects) if k is not None]
     return keep, len(suspects) - len(keep)
+
+
+def whole_run(det: SeriesDetector, index: dict[int, int], first: int
+              ) -> Callable[[Suspect], Suspect]:
+    """A suspect re-dated to step ``first``: its slowdown the median over its ranks of each
+    one's mean log-ratio over every step tested, with that mean's interval (``mean_se``)."""
+    def of(s: Suspect) -> Suspect:
+        cols = np.array([index[r] for r in s.ranks], dtype=np.int64)
+        n = np.maximum(det.total_n[cols], 1.0)
+        mean = float(np.median(det.total_r[cols] / n))
+        se = float(np.median(det.noise.mean_se(cols, n)))
+        return replace(s, since_step=first, slowdown=float(np.expm1(mean)),
+                       ci_low=float(np.expm1(mean - 1.96 * se)),
+                       ci_high=float(np.expm1(mean + 1.96 * se)))
+    return of
 
 
 def widened(s: Suspect, shift: float, var: float) -> float:
