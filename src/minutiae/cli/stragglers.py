@@ -7,6 +7,7 @@ with only rank 0's step times (or slowest-rank reports) gets the job-level repor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,35 +22,38 @@ if TYPE_CHECKING:
 
     from minutiae.analyses.stragglers.analysis import Options
     from minutiae.analyses.stragglers.formats import TrainLog
+    from minutiae.analyses.stragglers.layout import Layout
     from minutiae.analyses.stragglers.prep import TimingMatrix
     from minutiae.analyses.stragglers.types import StragglerReport
 
 
 def _load(paths: list[Path], fleet: Path | None,
-          ) -> tuple[TimingMatrix | pl.DataFrame | TrainLog, str, dict[str, str] | None]:
+          ) -> tuple[TimingMatrix | pl.DataFrame | TrainLog, str, dict[str, str] | None,
+                     Layout | None]:
     """The matrix of a file of the common layout (``ingest``: no long table is built), else
-    the long table (or a training log without per-rank times)."""
-    import dataclasses
+    the long table (or a training log without per-rank times); and the parallel layout the
+    logs print, if any."""
 
     from minutiae.analyses.stragglers import prep
     from minutiae.analyses.stragglers.ingest import read_matrix
-    from minutiae.analyses.stragglers.read import find_fleet, fleet_leaves, read_timings_or_log
+    from minutiae.analyses.stragglers.read import find_fleet, fleet_leaves, read_with_layout
 
     where = ", ".join(str(p) for p in paths)
     got: TimingMatrix | pl.DataFrame | TrainLog | None = read_matrix(paths)
+    layout = None
     if got is None:
         from minutiae.analyses.stragglers.formats import TrainLog
 
-        got, notes = read_timings_or_log(paths)
+        got, notes, layout = read_with_layout(paths)
         for note in notes:
             click.echo(f"minutiae: warning: skipped {note}", err=True)
         if isinstance(got, TrainLog):
-            return got, where, None
+            return got, where, None, None
     fleet = fleet or find_fleet(paths)
     leaf_of = fleet_leaves(fleet) if fleet else None
     if leaf_of and isinstance(got, prep.TimingMatrix):  # as prepare does for the long table
         got = dataclasses.replace(got, leaf=prep.leaves(got.node, got.leaf, leaf_of))
-    return got, where, leaf_of
+    return got, where, leaf_of, layout
 
 
 def _table(report: StragglerReport) -> None:
@@ -124,7 +128,9 @@ def command(files: tuple[Path, ...], as_json: bool, follow: bool, fleet: Path | 
                       layout=Layout.parse(layout_text) if layout_text else None)
     if follow:
         return _follow(list(files), fleet, options, as_json, idle_exit, poll)
-    got, where, leaves = _load(list(files), fleet)
+    got, where, leaves, printed = _load(list(files), fleet)
+    if options.layout is None and printed is not None:  # --layout wins over the log's
+        options = dataclasses.replace(options, layout=printed)
     from minutiae.analyses.stragglers.prep import TimingMatrix
 
     if isinstance(got, TimingMatrix):

@@ -210,9 +210,9 @@ class StragglerAnalysis:
 
     def _groups(self, warm: TimingMatrix) -> tuple[np.ndarray, str]:
         lay = self.options.layout
-        if lay is not None:
-            lay.check(warm.ranks, warm.stage, warm.node, self.where or None)
-            groups, how = lay.stages(warm.ranks), f"by --layout {lay.text()}"
+        if lay is not None and lay.fits(warm.ranks, warm.stage, warm.node, self.where or None,
+                                        self.warnings):
+            groups, how = lay.stages(warm.ranks), f"by {lay.origin} {lay.text()}"
         elif warm.stage is not None:
             groups, how = warm.stage, "by stage column"
         else:

@@ -16,11 +16,16 @@ group shares every micro-batch (its noise is shared); with ``tp`` at most the no
 must sit inside one node. The layout must agree with the data: its world size with the ranks
 seen, its stages with a ``stage`` column, its TP groups with the ``node`` column; otherwise the
 analysis refuses (exit 3) naming what disagrees.
+
+Without ``--layout``, the layout a Megatron-LM or torchtitan log prints at start is the job's
+(:func:`stated`, from ``formats.layout_lines``); one that disagrees with the data, or a log that
+prints two, is not used: a warning says why and the peer groups are inferred.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -29,6 +34,8 @@ from minutiae.errors import ConfigError, DataError
 ORDERS = {"megatron": "tp-cp-ep-dp-pp", "megatron-tp-pp-dp": "tp-cp-ep-pp-dp",
           "torchtitan": "tp-cp-dp-pp"}
 SIZES = ("tp", "pp", "dp", "cp", "ep")
+GIVEN = "--layout"
+PRINTED = "the layout the log prints,"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +46,8 @@ class Layout:
     cp: int = 1
     ep: int = 1
     order: str = "megatron"
+    #: who says so: ``GIVEN`` (the user: disagreeing data is refused) or ``PRINTED`` (the log)
+    origin: str = GIVEN
 
     @property
     def world(self) -> int:
@@ -67,7 +76,8 @@ class Layout:
             values[key] = int(val)
         if "tp" not in values and "pp" not in values and "dp" not in values:
             raise ConfigError(f"--layout {text!r}: give at least one of tp=, pp=, dp=")
-        lay = Layout(order=order, **values)
+        lay = Layout(tp=values.get("tp", 1), pp=values.get("pp", 1), dp=values.get("dp", 1),
+                     cp=values.get("cp", 1), ep=values.get("ep", 1), order=order)
         if (lay.dp * lay.cp) % lay.ep:
             raise ConfigError(f"--layout: ep={lay.ep} must divide dp x cp = {lay.dp * lay.cp} "
                               "(expert parallelism is carved out of data parallelism)")
@@ -98,7 +108,7 @@ class Layout:
         """Refuse (DataError) a layout that disagrees with the data, naming what disagrees."""
         lo, hi = int(ranks.min()), int(ranks.max())
         if self.world != hi + 1 or lo < 0:
-            raise DataError(f"--layout {self.text()} is {self.world:,} ranks; the data has "
+            raise DataError(f"{self.origin} {self.text()} is {self.world:,} ranks; the data has "
                             f"ranks {lo}-{hi} ({ranks.size:,} seen)", where)
         mine = self.stages(ranks)
         if stage is not None:
@@ -106,7 +116,7 @@ class Layout:
             pairs = {(int(a), int(b)) for a, b in zip(mine.tolist(), stage.tolist(), strict=True)}
             if len(pairs) != len(set(mine.tolist())) or len(pairs) != len(set(stage.tolist())):
                 bad = _first_split(mine, stage, ranks)
-                raise DataError(f"--layout {self.text()} disagrees with the stage column: "
+                raise DataError(f"{self.origin} {self.text()} disagrees with the stage column: "
                                 f"{bad}", where)
         if all(n is not None for n in node):
             names = np.array(node, dtype=object).astype(str)
@@ -118,9 +128,49 @@ class Layout:
                     if len(on) > 1:
                         first = int(ranks[tp_group == g][0])
                         raise DataError(
-                            f"--layout {self.text()}: the TP group of ranks {first}-"
+                            f"{self.origin} {self.text()}: the TP group of ranks {first}-"
                             f"{first + self.tp - 1} spans nodes {', '.join(sorted(on)[:3])} "
                             f"(tp={self.tp} fits in a node of {per} ranks)", where)
+
+
+    def fits(self, ranks: np.ndarray, stage: np.ndarray | None, node: tuple[str | None, ...],
+             where: str | None, warnings: list[str]) -> bool:
+        """:meth:`check`; a printed layout that disagrees is not used (a warning says why)
+        where a given one is refused."""
+        try:
+            self.check(ranks, stage, node, where)
+        except DataError as exc:
+            if self.origin == GIVEN:
+                raise
+            warnings.append(f"{exc}: not used, the peer groups are inferred "
+                            "(give --layout to set it)")
+            return False
+        return True
+
+
+def stated(attrs: Mapping[str, frozenset[str]]) -> tuple[Layout | None, str | None]:
+    """The layout a log prints (its ``parallel.*`` attributes, ``formats.layout_lines``), or
+    None and why it cannot be used (None, None: the log prints none)."""
+    got = {k.removeprefix("parallel."): sorted(v) for k, v in attrs.items()
+           if k.startswith("parallel.") and v}
+    if not got:
+        return None, None
+    twice = [f"{k} {' and '.join(v)}" for k, v in sorted(got.items()) if len(v) > 1]
+    if twice:
+        return None, (f"the log prints more than one parallel layout ({'; '.join(twice)}): "
+                      "none used, give --layout")
+    one = {k: v[0] for k, v in got.items()}
+    text = ",".join([f"{k}={one[k]}" for k in SIZES if k in one]
+                    + ([f"order={one['order']}"] if "order" in one else []))
+    try:
+        lay = replace(Layout.parse(text), origin=PRINTED)
+    except ConfigError as exc:
+        return None, f"the parallel layout the log prints is not usable ({exc}): not used"
+    world = one.get("world", "")
+    if world.isdecimal() and int(world) != lay.world:
+        return None, (f"the log prints world size {world} and sizes {lay.text()} "
+                      f"(= {lay.world} ranks): not used, give --layout")
+    return lay, None
 
 
 def _first_split(mine: np.ndarray, stage: np.ndarray, ranks: np.ndarray) -> str:

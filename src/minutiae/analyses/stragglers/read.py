@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from minutiae.analyses.stragglers.formats import TrainLog
+    from minutiae.analyses.stragglers.layout import Layout
 
 
 #: a timing file (CSV, Parquet, training log) read whole; a stream gets inputs.STREAM_LIMIT
@@ -76,9 +77,18 @@ def read_timings_or_log(paths: list[Path]) -> tuple[pl.DataFrame | TrainLog, lis
     """As :func:`read_timings`, but training logs of a known format that have no per-rank times
     (rank 0's step times, slowest-rank reports) come back as the joined ``TrainLog`` for the
     job-level report (``joblevel.analyse_job``); a log with nothing to report is refused."""
+    got, notes, _ = read_with_layout(paths)
+    return got, notes
+
+
+def read_with_layout(paths: list[Path],
+                     ) -> tuple[pl.DataFrame | TrainLog, list[str], Layout | None]:
+    """As :func:`read_timings_or_log`, with the parallel layout the logs print (``None``: none
+    printed, or one that cannot be used: a note says why)."""
     import polars as pl
 
     from minutiae.analyses.stragglers.formats.view import per_rank
+    from minutiae.analyses.stragglers.layout import stated
     from minutiae.analyses.stragglers.parse import parse_timings, timings_of
     from minutiae.analyses.stragglers.sniff import PARQUET_MAGIC, looks_like_csv
 
@@ -91,16 +101,19 @@ def read_timings_or_log(paths: list[Path]) -> tuple[pl.DataFrame | TrainLog, lis
         else:
             logs.append(p)
     notes: list[str] = []
+    layout: Layout | None = None
     if logs:
         log = read_trainlog(logs)
         notes = log.notes()
         has_job = bool(log.formats) and (log.steps.height > 0 or bool(log.evidence))
         if not frames and has_job and per_rank(log).height == 0:
-            return log, notes
+            return log, notes, None
         frames.append(timings_of(log, ", ".join(str(p) for p in logs)))
+        layout, why = stated(log.attrs)
+        notes += [why] if why else []
     df = frames[0] if len(frames) == 1 else pl.concat(
         [f.select(pl.all().cast(pl.String)) for f in frames], how="diagonal_relaxed")
-    return df, notes
+    return df, notes, layout
 
 
 def fleet_leaves(path: Path) -> dict[str, str]:

@@ -21,7 +21,9 @@ their ranks from 0 again), at most ``MAX_PLACES`` ranks. DeepSpeed: ``DeepSpeed 
 version=0.14.0, git-hash=…`` (``runtime/engine.py``) and the ``ds_report`` environment block
 Megatron-DeepSpeed prints (``torch version ....... 2.3.0+cu121``, ``deepspeed info ....
 0.15.5+unknown, …``, ``torch cuda version ... 12.1``) give ``deepspeed``, ``torch``,
-``torch_cuda``.
+``torch_cuda``. The parallel layout Megatron-LM and torchtitan print at start gives
+``parallel.tp`` / ``.pp`` / ``.dp`` / ``.cp`` / ``.ep`` / ``.world`` / ``.order``
+(``formats.layout_lines``; ``layout.stated`` makes it the job's layout).
 
 Memory is bounded whatever the log: at most ``MAX_VALUES`` values per attribute (a log whose
 lines disagree, a mixed image, keeps both), ``MAX_ENV`` ``NCCL_*`` settings, ``MAX_HOSTS``
@@ -34,6 +36,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from minutiae.analyses.stragglers.formats import layout_lines
 from minutiae.analyses.stragglers.formats.base import LineReader
 from minutiae.analyses.stragglers.formats.types import Skipped
 
@@ -150,7 +153,8 @@ class Reader(LineReader):
 
     name = "environment"
     advice = "it prints the run's environment (NCCL, DeepSpeed versions), not its step times"
-    signs = ("NCCL ", "DeepSpeed info", "torch version", "deepspeed info", "torch cuda version")
+    signs = ("NCCL ", "DeepSpeed info", "torch version", "deepspeed info", "torch cuda version",
+             *layout_lines.SIGNS)
 
     def __init__(self) -> None:
         super().__init__()
@@ -244,7 +248,10 @@ class Reader(LineReader):
         if m is not None and m[2] != "None":
             self.facts.add(no, _REPORT_KEY[m[1]], m[2])
             return True
-        return False
+        sizes = layout_lines.read(line)
+        for key, value in (sizes or {}).items():
+            self.facts.add(no, f"parallel.{key}", value)
+        return sizes is not None
 
 
 def merge_attrs(parts: Iterable[Mapping[str, frozenset[str]]]) -> dict[str, frozenset[str]]:
