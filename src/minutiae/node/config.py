@@ -9,6 +9,7 @@ so a new source's option appears in both commands without editing either.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +147,8 @@ def config_from_options(values: Mapping[str, Any], command: str, **fixed: Any) -
             v = None
         elif o.kind is Kind.PATH:
             v = Path(v)
+        elif o.kind is Kind.INT:
+            v = _whole_number(o.flag, (o.check or {}).get("range"))(v)
         if o.dest == "checks":
             v = parse_checks(v)
         captured = captured or (o.capture and v is not None)
@@ -161,6 +164,26 @@ def config_from_options(values: Mapping[str, Any], command: str, **fixed: Any) -
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _whole_number(flag: str, bounds: tuple[int, int] | None) -> Callable[[Any], int]:
+    """The click type of an INT option: a bad value (``abc``, ``-1``, past the range) raises
+    ``ConfigError``, so the command exits 3 (UNKNOWN) with one line, like a bad ``--checks``:
+    not click's usage error 2, which a Nagios/Slurm HealthCheckProgram reads as CRITICAL."""
+
+    def integer(value: Any) -> int:  # click shows the name as the metavar: INTEGER
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            text = str(value).strip()
+            if not re.fullmatch(r"-?[0-9]{1,12}", text):
+                raise ConfigError(f"{flag}: expected a whole number, got {str(value)[:40]!r}")
+            n = int(text)
+        if bounds is not None and not bounds[0] <= n <= bounds[1]:
+            raise ConfigError(f"{flag}: {n} is not in the range {bounds[0]}..{bounds[1]}")
+        return n
+
+    return integer
+
+
 def click_options(command: str) -> Callable[[F], F]:
     """A decorator adding ``command``'s node options (from ``OPTIONS``) to a click command."""
     import click
@@ -174,9 +197,9 @@ def click_options(command: str) -> Callable[[F], F]:
             if o.kind is Kind.FLAG:
                 kw["is_flag"] = True
                 kw.setdefault("default", False)
-            elif o.kind is Kind.INT:
-                bounds = kw.pop("range", None)
-                kw["type"] = click.IntRange(*bounds) if bounds else int
+            elif o.kind is Kind.INT:  # the range is the check's, in the agent too
+                kw.pop("range", None)
+                kw["type"] = _whole_number(o.flag, (o.check or {}).get("range"))
             elif o.kind is Kind.PATH:  # the agent has always taken its paths as text
                 kw["type"] = click.Path(path_type=Path) if command == "check" else str
             kw.setdefault("default", None)
