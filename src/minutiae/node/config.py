@@ -33,7 +33,9 @@ class CheckConfig:
 
     ``kmsg=None`` skips the kernel-log check (the CLI does that when it is pointed at captures
     without ``--kmsg``). ``expected_gpus``/``expected_driver`` turn on the GPU-count and driver
-    rules. ``nvml`` injects a ``pynvml``-like module (tests); ``use_nvml=False`` never loads it.
+    rules; ``expected_ib_ports`` the InfiniBand port count (``ib.port-count-expected``; 0 declares
+    the node IB-less: no ``class/infiniband`` is then OK, not UNKNOWN). ``nvml`` injects a
+    ``pynvml``-like module (tests); ``use_nvml=False`` never loads it.
     ``checks`` limits the groups run (default: all of ``GROUPS``). ``ibstat`` (an ``ibstat`` or
     ``ibstatus`` capture) replaces sysfs for the IB check; ``nvlink_status`` (an ``nvidia-smi
     nvlink --status`` capture) adds NVLink link states to the GPU check, matched by UUID.
@@ -51,6 +53,7 @@ class CheckConfig:
     nvlink_status: Path | None = None
     ibstat: Path | None = None
     expected_gpus: int | None = None
+    expected_ib_ports: int | None = None
     expected_driver: str | None = None
     state_file: Path | None = None
     node: str | None = None
@@ -87,6 +90,9 @@ GENERAL_HEAD = (
 GENERAL_TAIL = (
     Option("--expected-gpus", "expected_gpus", Kind.INT,
            check={"range": (0, 1024), "help": "GPUs this node must have."}),
+    Option("--expected-ib-ports", "expected_ib_ports", Kind.INT,
+           check={"range": (0, 1024), "metavar": "N",
+                  "help": "ACTIVE InfiniBand ports this node must have (0: none; no HCA is then OK)."}),
     Option("--expected-driver", "expected_driver", Kind.TEXT,
            check={"help": "Driver version this node must run."}),
     Option("--checks", "checks", Kind.TEXT,
