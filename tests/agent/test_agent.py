@@ -187,3 +187,28 @@ def test_node_status_is_unknown_before_the_first_check_run() -> None:
 
     text = generate_latest(AgentMetrics().registry).decode()
     assert "minutiae_node_status 3.0" in text.splitlines()
+
+
+def test_agent_config_gets_expected_ib_ports(tmp_path, monkeypatch):
+    """``minutiae agent --expected-ib-ports 0`` (the shared option table): its check config
+    carries the value, and on the real H200 VM (no InfiniBand) its ib check is then OK."""
+    import minutiae.agent.daemon as daemon
+    from minutiae.cli.main import main
+
+    seen = []
+    monkeypatch.setattr(daemon, "run_agent", seen.append)
+    h200 = Path(__file__).resolve().parents[1] / "data" / "h200" / "sysfs" / "sys"
+    assert main(["agent", "--no-nvml", "--kmsg", "", "--metrics-listen", "", "--sysfs-root", str(h200),
+                 "--state-dir", str(tmp_path), "--expected-ib-ports", "0"]) == 0
+    [options] = seen
+    cfg = daemon.check_config(options, "h200", tmp_path)
+    assert cfg.expected_ib_ports == 0
+    ib = run_check(cfg, FakeClock()).result("ib")
+    assert ib is not None and ib.status is Status.OK and ib.findings == ()
+    # without the option the agent's config has none, and the VM's ib check is UNKNOWN
+    seen.clear()
+    assert main(["agent", "--no-nvml", "--kmsg", "", "--metrics-listen", "", "--sysfs-root", str(h200),
+                 "--state-dir", str(tmp_path)]) == 0
+    cfg = daemon.check_config(seen[0], "h200", tmp_path)
+    assert cfg.expected_ib_ports is None
+    assert run_check(cfg, FakeClock()).result("ib").status is Status.UNKNOWN

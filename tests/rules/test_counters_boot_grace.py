@@ -45,7 +45,9 @@ def test_unknown_uptime_is_not_a_grace(realdata: Path, tmp_path: Path) -> None:
 
 def test_only_the_port_state_rule_has_a_boot_grace() -> None:
     graces = {r.id: boot_grace_s(r) for r in counter_rules() if boot_grace_s(r) > 0}
-    assert graces == {"ib.port-down": 300.0, "ib.frontend-port-down": 300.0}
+    # ib.port-count-expected counts ACTIVE ports (--expected-ib-ports): the same grace
+    assert graces == {"ib.port-down": 300.0, "ib.frontend-port-down": 300.0,
+                      "ib.port-count-expected": 300.0}
 
 
 def _rows(t0: float, ports: tuple[str, ...]) -> list[str]:

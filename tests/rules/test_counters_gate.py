@@ -38,7 +38,8 @@ def test_every_sequence_example_of_the_shipped_catalog_runs() -> None:
     doc = parse_toml(catalog_text("counters.toml"), "counters.toml")
     gated = [item for item in doc["rule"] if "sequence" in item]
     assert {i["id"] for i in gated} == {"gpu.throttle-hw", "gpu.throttle-sw-thermal", "ib.port-down",
-                                         "ib.port-flapping", "ib.frontend-port-down"}
+                                         "ib.port-flapping", "ib.frontend-port-down",
+                                         "ib.port-count-expected"}
     for item in gated:
         rule = _rule(item["id"])
         outcomes = set()

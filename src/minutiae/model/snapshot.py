@@ -28,7 +28,7 @@ class Problem:
 
 
 #: metrics a parser derives from the values it read (not counted as values read)
-DERIVED_METRICS = frozenset({"fabric_port"})
+DERIVED_METRICS = frozenset({"fabric_port", "ib_ports", "ib_active_ports"})
 
 
 @dataclass(frozen=True, slots=True)

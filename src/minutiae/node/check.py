@@ -30,6 +30,7 @@ from minutiae.node.config import CheckConfig, parse_checks
 from minutiae.node.memory import CheckMemory
 from minutiae.node.result import _result, reason_for, status_of
 from minutiae.node.sources.base import NodeSource, Reading, Request
+from minutiae.node.sources.ib.parse_sysfs import NODE_COMPONENT as IB_NODE
 from minutiae.node.sources.registry import GROUPS, REGISTRY
 from minutiae.rules.counters.load import counter_rules
 from minutiae.rules.counters.model import UPTIME, baseline_metrics, context, judge
@@ -137,8 +138,12 @@ def run_check(cfg: CheckConfig, clock: Clock, *, memory: CheckMemory | None = No
     notes.extend(cycle.notes)
     all_obs = [o for g in cycle.groups.values() if g.snapshot is not None for o in g.snapshot.observations]
     uptime = cycle.facts.get(UPTIME)
-    extra = {"node": {"expected_gpus": cfg.expected_gpus, "expected_driver": cfg.expected_driver,
-                      **cycle.facts}}
+    extra: dict[str, dict[str, Scalar]] = {
+        "node": {"expected_gpus": cfg.expected_gpus, "expected_driver": cfg.expected_driver,
+                 **cycle.facts},
+        # beside the IB sources' port counts: ib.port-count-expected compares the two
+        IB_NODE: {"expected_ib_ports": cfg.expected_ib_ports},
+    }
     by_check, pending = counter_findings(all_obs, mem, now, extra, node, cache_dir)
     notes.extend(pending)
     results = [g.result if g.result is not None else _judged(name, g.snapshot, by_check)

@@ -9,6 +9,7 @@ so a new source's option appears in both commands without editing either.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,9 @@ class CheckConfig:
 
     ``kmsg=None`` skips the kernel-log check (the CLI does that when it is pointed at captures
     without ``--kmsg``). ``expected_gpus``/``expected_driver`` turn on the GPU-count and driver
-    rules. ``nvml`` injects a ``pynvml``-like module (tests); ``use_nvml=False`` never loads it.
+    rules; ``expected_ib_ports`` the InfiniBand port count (``ib.port-count-expected``; 0 declares
+    the node IB-less: no ``class/infiniband`` is then OK, not UNKNOWN). ``nvml`` injects a
+    ``pynvml``-like module (tests); ``use_nvml=False`` never loads it.
     ``checks`` limits the groups run (default: all of ``GROUPS``). ``ibstat`` (an ``ibstat`` or
     ``ibstatus`` capture) replaces sysfs for the IB check; ``nvlink_status`` (an ``nvidia-smi
     nvlink --status`` capture) adds NVLink link states to the GPU check, matched by UUID.
@@ -50,6 +53,7 @@ class CheckConfig:
     nvlink_status: Path | None = None
     ibstat: Path | None = None
     expected_gpus: int | None = None
+    expected_ib_ports: int | None = None
     expected_driver: str | None = None
     state_file: Path | None = None
     node: str | None = None
@@ -86,6 +90,9 @@ GENERAL_HEAD = (
 GENERAL_TAIL = (
     Option("--expected-gpus", "expected_gpus", Kind.INT,
            check={"range": (0, 1024), "help": "GPUs this node must have."}),
+    Option("--expected-ib-ports", "expected_ib_ports", Kind.INT,
+           check={"range": (0, 1024), "metavar": "N",
+                  "help": "ACTIVE InfiniBand ports this node must have (0: none; no HCA is then OK)."}),
     Option("--expected-driver", "expected_driver", Kind.TEXT,
            check={"help": "Driver version this node must run."}),
     Option("--checks", "checks", Kind.TEXT,
@@ -146,6 +153,8 @@ def config_from_options(values: Mapping[str, Any], command: str, **fixed: Any) -
             v = None
         elif o.kind is Kind.PATH:
             v = Path(v)
+        elif o.kind is Kind.INT:
+            v = _whole_number(o.flag, (o.check or {}).get("range"))(v)
         if o.dest == "checks":
             v = parse_checks(v)
         captured = captured or (o.capture and v is not None)
@@ -161,6 +170,26 @@ def config_from_options(values: Mapping[str, Any], command: str, **fixed: Any) -
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _whole_number(flag: str, bounds: tuple[int, int] | None) -> Callable[[Any], int]:
+    """The click type of an INT option: a bad value (``abc``, ``-1``, past the range) raises
+    ``ConfigError``, so the command exits 3 (UNKNOWN) with one line, like a bad ``--checks``:
+    not click's usage error 2, which a Nagios/Slurm HealthCheckProgram reads as CRITICAL."""
+
+    def integer(value: Any) -> int:  # click shows the name as the metavar: INTEGER
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            text = str(value).strip()
+            if not re.fullmatch(r"-?[0-9]{1,12}", text):
+                raise ConfigError(f"{flag}: expected a whole number, got {str(value)[:40]!r}")
+            n = int(text)
+        if bounds is not None and not bounds[0] <= n <= bounds[1]:
+            raise ConfigError(f"{flag}: {n} is not in the range {bounds[0]}..{bounds[1]}")
+        return n
+
+    return integer
+
+
 def click_options(command: str) -> Callable[[F], F]:
     """A decorator adding ``command``'s node options (from ``OPTIONS``) to a click command."""
     import click
@@ -174,9 +203,9 @@ def click_options(command: str) -> Callable[[F], F]:
             if o.kind is Kind.FLAG:
                 kw["is_flag"] = True
                 kw.setdefault("default", False)
-            elif o.kind is Kind.INT:
-                bounds = kw.pop("range", None)
-                kw["type"] = click.IntRange(*bounds) if bounds else int
+            elif o.kind is Kind.INT:  # the range is the check's, in the agent too
+                kw.pop("range", None)
+                kw["type"] = _whole_number(o.flag, (o.check or {}).get("range"))
             elif o.kind is Kind.PATH:  # the agent has always taken its paths as text
                 kw["type"] = click.Path(path_type=Path) if command == "check" else str
             kw.setdefault("default", None)

@@ -265,9 +265,10 @@ def judge(rules: Sequence[CounterRule], ctx: Context) -> list[Verdict]:
     """The verdict of every rule on every component it applies to and that has its value."""
     out: list[Verdict] = []
     for rule in rules:
-        prefix = rule.component + ":" if rule.component != "node" else "node"
+        # the component itself (``node``, ``ib_node``: node-level values) or one of its devices
+        prefix = rule.component + ":"
         for comp in ctx.values:
-            if not (comp == "node" if rule.component == "node" else comp.startswith(prefix)):
+            if comp != rule.component and not comp.startswith(prefix):
                 continue
             vals = ctx.values[comp]
             if any(vals.get(k) != want for k, want in rule.when.items()):

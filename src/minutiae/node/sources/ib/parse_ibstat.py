@@ -21,6 +21,7 @@ from minutiae.node.sources.ib.parse_sysfs import (
     parse_rate,
     parse_state,
     with_fabric_ports,
+    with_port_counts,
 )
 
 SOURCE = "ibstat"
@@ -76,7 +77,7 @@ def parse_ibstat(text: str, where: str = "ibstat") -> Snapshot:
         _port_value(b, ib_component(dev, port), key, value, f"{where}:{n}")
     if not found:
         raise ParseError("no ibstat (CA '...') or ibstatus (Infiniband device ...) block found", where)
-    return with_fabric_ports(b.build())
+    return with_port_counts(with_fabric_ports(b.build()))
 
 
 #: CA-level keys whose values every port of the CA gets

@@ -11,6 +11,9 @@ Metrics: ``state`` (``ACTIVE``, ``DOWN``, ``INIT``, ``ARMED``…) and ``state_co
 ``hw_counters/<name>`` as ``hw_<name>`` (non-negative integers). Device attributes
 (``hca_type``, ``fw_ver``, ``board_id``, and ``pci`` — the HCA's PCI address from the
 ``device`` link on a live node) go on the same component.
+
+Node-level counts on ``ib_node`` (:func:`with_port_counts`, every IB parser): ``ib_ports`` and
+``ib_active_ports``, what ``ib.port-count-expected`` compares with ``--expected-ib-ports``.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import re
 from collections.abc import Mapping
 
 from minutiae.model.findings import Observation
-from minutiae.model.snapshot import Snapshot, SnapshotBuilder
+from minutiae.model.snapshot import Problem, Snapshot, SnapshotBuilder
 
 SOURCE = "sysfs-ib"
+#: the node-level InfiniBand component: port counts (``ib_ports``, ``ib_active_ports``)
+NODE_COMPONENT = "ib_node"
 #: what drivers/infiniband/core/sysfs.c writes in counters/* when the device has no PMA
 NO_PMA = "N/A (no PMA)"
 _STATE = re.compile(r"^\s*(\d+)\s*:\s*([A-Za-z_]+)\s*$")
@@ -43,6 +48,45 @@ def with_fabric_ports(snap: Snapshot) -> Snapshot:
     extra = [Observation(snap.source, comp, "fabric_port", layers.get(comp, fabric) == fabric,
                          None) for comp in snap.components("ib:")]
     return Snapshot(snap.source, snap.observations + tuple(extra), snap.problems)
+
+
+def with_port_counts(snap: Snapshot) -> Snapshot:
+    """``snap`` plus ``ib_node: ib_ports`` (the ports whose link layer is InfiniBand) and
+    ``ib_node: ib_active_ports`` (those whose state is ACTIVE: a port DOWN, INIT or ARMED is
+    not). Ethernet (RoCE) ports, and ports whose link layer is not known, are not counted, as
+    GPUd's infiniband component counts only ``IsIBPort()`` ports toward its "at least N ports".
+    A missing HCA takes its ports out of sysfs: the count is how the node notices. Nothing is
+    added when ``snap`` has no port at all (a reading that failed says so by its problems)."""
+    layer: dict[str, str] = {}
+    state: dict[str, str] = {}
+    for o in snap.observations:
+        if o.component.startswith("ib:"):
+            layer.setdefault(o.component, "")
+            if o.metric == "link_layer":
+                layer[o.component] = str(o.value).casefold()
+            elif o.metric == "state":
+                state[o.component] = str(o.value)
+    if not layer:
+        return snap
+    ib = [p for p, lay in layer.items() if lay == "infiniband"]
+    active = sum(1 for p in ib if state.get(p) == "ACTIVE")
+    return Snapshot(snap.source, snap.observations + port_counts(snap.source, len(ib), active),
+                    snap.problems)
+
+
+def port_counts(source: str, ports: int, active: int) -> tuple[Observation, ...]:
+    """The ``ib_node`` counts as observations (time: the check's)."""
+    return (Observation(source, NODE_COMPONENT, "ib_ports", ports, None),
+            Observation(source, NODE_COMPONENT, "ib_active_ports", active, None))
+
+
+def no_ports(where: str, reason: str, expected: int) -> Snapshot:
+    """The reading of a node with no InfiniBand device at all (``where``: the missing or empty
+    ``class/infiniband``) when ``expected`` ports are expected: no port counted, and the reason
+    (naming the expectation) as a problem, so the check is never OK, also while
+    ``ib.port-count-expected`` waits out its boot grace and persistence."""
+    message = f"{reason}; {expected} InfiniBand port(s) expected (--expected-ib-ports)"
+    return Snapshot(SOURCE, port_counts(SOURCE, 0, 0), (Problem("ib", where, message),))
 
 
 def parse_state(text: str) -> tuple[int, str] | None:

@@ -11,7 +11,12 @@ from pathlib import Path
 
 from minutiae.errors import SourceUnavailable
 from minutiae.model.snapshot import Snapshot, SnapshotBuilder
-from minutiae.node.sources.ib.parse_sysfs import SOURCE, parse_ib_port, with_fabric_ports
+from minutiae.node.sources.ib.parse_sysfs import (
+    SOURCE,
+    parse_ib_port,
+    with_fabric_ports,
+    with_port_counts,
+)
 from minutiae.node.sources.read_sysfs import read_attr
 
 PORT_FILES = ("state", "phys_state", "rate", "link_layer")
@@ -60,4 +65,4 @@ def read_sysfs_ib(sysfs_root: Path | str, time: float | None = None) -> Snapshot
                 for counter in _listdir(os.path.join(pdir, group)):
                     files[f"{group}/{counter}"] = _read(os.path.join(pdir, group, counter))
             parse_ib_port(b, dev, port, files, pdir, attrs)
-    return with_fabric_ports(b.build())
+    return with_port_counts(with_fabric_ports(b.build()))

@@ -15,7 +15,7 @@ import re
 
 from minutiae.errors import ParseError
 from minutiae.model.snapshot import Snapshot, SnapshotBuilder
-from minutiae.node.sources.ib.parse_sysfs import with_fabric_ports
+from minutiae.node.sources.ib.parse_sysfs import with_fabric_ports, with_port_counts
 
 SOURCE = "ibv_devinfo"
 _HCA = re.compile(r"^hca_id:\s*(\S{1,64})\s*$")
@@ -71,4 +71,4 @@ def parse_ibv_devinfo(text: str, where: str = "ibv_devinfo") -> Snapshot:
             _port_value(b, comp, m.group(1), m.group(2))
     if not ports:
         raise ParseError("no 'hca_id:' device with a 'port:' (is this ibv_devinfo output?)", where)
-    return with_fabric_ports(b.build())
+    return with_port_counts(with_fabric_ports(b.build()))

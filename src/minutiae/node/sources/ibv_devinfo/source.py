@@ -8,8 +8,7 @@ from pathlib import Path
 from minutiae.errors import MinutiaeError
 from minutiae.node.result import unknown
 from minutiae.node.sources.base import Kind, Option, Reading, Request, Source
-
-GROUP = "ib"
+from minutiae.node.sources.ib.source import COMPONENTS, GROUP
 
 
 def _read(req: Request) -> Reading | None:
@@ -24,6 +23,6 @@ def _read(req: Request) -> Reading | None:
         return Reading(result=unknown(GROUP, str(exc)))
 
 
-IBV_DEVINFO = Source("ibv_devinfo", GROUP, _read, components=(GROUP,), options=(
+IBV_DEVINFO = Source("ibv_devinfo", GROUP, _read, components=COMPONENTS, options=(
     Option("--ibv-devinfo", "ibv_devinfo_file", Kind.PATH, capture=True, agent=None, check={
         "help": "ibv_devinfo [-v] capture: IB/RoCE port state, MTU and link layer."}),))
