@@ -132,7 +132,6 @@ class Layout:
                             f"{first + self.tp - 1} spans nodes {', '.join(sorted(on)[:3])} "
                             f"(tp={self.tp} fits in a node of {per} ranks)", where)
 
-
     def fits(self, ranks: np.ndarray, stage: np.ndarray | None, node: tuple[str | None, ...],
              where: str | None, warnings: list[str]) -> bool:
         """:meth:`check`; a printed layout that disagrees is not used (a warning says why)
