@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from minutiae.analyses.stragglers.armodel import BINS, LAGS, SPIKE_DIFF, ArModel, Variogram
+from minutiae.analyses.stragglers.armodel import ArModel
 from minutiae.analyses.stragglers.calib import (
     SPIKE_Z,
     TAIL_BINS,
@@ -20,6 +20,7 @@ from minutiae.analyses.stragglers.calib import (
 from minutiae.analyses.stragglers.grid import histogram
 from minutiae.analyses.stragglers.shift import CLIP, WINDOW, ShiftTest, _norm_sf, signature, upcross
 from minutiae.analyses.stragglers.types import DetectorDesign
+from minutiae.analyses.stragglers.variogram import BINS, LAGS, SPIKE_DIFF, Variogram
 
 
 def _upcross_full(c: float, p: float, rho: float) -> float:

@@ -66,13 +66,27 @@ def test_the_ramp_is_cut_where_nvml_says_power_settled() -> None:
     assert power.max() < 0.97 * d["power_w"].median() and first <= 60  # a ramp, not the run
 
 
-def test_a_3pc_gpu_on_the_training_loop_is_found_within_50_steps() -> None:
-    """A +3 % fault measured +2.7-3.0 % with an interval to 3.0-3.3 %, less a warm-up offset
-    of 0.2-0.5 % that was noise: it reaches the 3 % floor only once the interval counts that
-    offset's own uncertainty (``floor.widened``; four of these seeds were dropped before)."""
-    x = SERIES["train"]
-    for seed in (2, 6, 8, 10):
+def _found_3pc(widen: bool, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The seeds 0-19 whose +3 % GPU on the training loop is found within 50 steps."""
+    from minutiae.analyses.stragglers import floor
+    real = floor.widened
+    monkeypatch.setattr(floor, "widened", real if widen else lambda s, shift, var: real(s, shift, 0.0))
+    x, found = SERIES["train"], []
+    for seed in range(20):
         target = int(np.random.default_rng(1000 + seed).integers(16))
         sus = rn.suspects(rn.job(x, 16, 150, seed, 0.03, target), "train")
         hit = [s for s in sus if target in s["ranks"]]
-        assert hit and hit[0]["detected_step"] - rn.ONSET + 1 <= 50, seed
+        if hit and hit[0]["detected_step"] - rn.ONSET + 1 <= 50:
+            found.append(seed)
+    return found
+
+
+def test_a_3pc_gpu_on_the_training_loop_is_found_within_50_steps(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A +3 % fault measured +2.7-3.0 % with an interval to 3.0-3.3 %, less a warm-up offset
+    of 0.2-0.5 % that was noise: it reaches the 3 % floor only once the interval counts that
+    offset's own uncertainty (``floor.widened``): 16 of 20 without it. With it, all but one
+    (the fault is at the floor, and a 95 % interval may miss: seed 8 measures 2.95 % less a
+    0.45 % warm-up offset, 2.3 standard errors under its truth)."""
+    assert len(_found_3pc(True, monkeypatch)) >= 19
+    assert len(_found_3pc(False, monkeypatch)) <= 17

@@ -12,10 +12,11 @@ import pytest
 from bench_worlds import worlds
 
 from minutiae.analyses.stragglers.analysis import Options, StragglerAnalysis, analyse
-from minutiae.analyses.stragglers.armodel import ArModel, Variogram, columns, fit, fit_rows
+from minutiae.analyses.stragglers.armodel import ArModel, fit, fit_rows
 from minutiae.analyses.stragglers.calib import design, noise_sigma, tail_design
 from minutiae.analyses.stragglers.prep import prepare
 from minutiae.analyses.stragglers.stream import StragglerStream
+from minutiae.analyses.stragglers.variogram import Variogram, columns
 from minutiae.analyses.stragglers.whiten import Whitener
 
 
@@ -48,7 +49,7 @@ def test_variogram_is_the_same_whatever_the_blocks() -> None:
     for t in range(200):
         parts.add(z[t:t + 1])
     assert np.array_equal(whole.hist, parts.hist)
-    assert fit(*whole.values()) == fit(*parts.values())
+    assert fit(whole.values()) == fit(parts.values())
 
 
 def test_innovations_of_a_step_fade_to_what_passes() -> None:

@@ -30,16 +30,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from minutiae.analyses.stragglers.armodel import (
-    FIT_COLUMNS,
-    ArModel,
-    Variogram,
-    columns,
-    consistent,
-    fit,
-    fit_rows,
-    unit_columns,
-)
+from minutiae.analyses.stragglers.armodel import ArModel, consistent, fit, fit_rows
 from minutiae.analyses.stragglers.calib import (
     NOISE_FLOOR,
     SPIKE_Z,
@@ -50,6 +41,7 @@ from minutiae.analyses.stragglers.calib import (
 )
 from minutiae.analyses.stragglers.shift import threshold
 from minutiae.analyses.stragglers.types import Design, DetectorDesign
+from minutiae.analyses.stragglers.variogram import FIT_COLUMNS, Variogram, columns, unit_columns
 
 #: the state is updated with innovations winsorised at this many noise sigmas (a GC pause or a
 #: checkpoint must not move a rank's predicted level)
@@ -106,7 +98,7 @@ def refit(vg: Variogram, rows: np.ndarray, ratio_sigma: np.ndarray, keep: np.nda
     if cols.size < 2:
         return None
     z = rows[:, cols] / ratio_sigma[cols].astype(np.float32)
-    model = fit(*vg.values(), fallback=fallback, within=within)
+    model = fit(vg.values(), fallback=fallback, within=within)
     if model.white and old.white:
         model = old
     measured = _innovations(z, model) if model == old else _innovations(z, model, old)
@@ -319,7 +311,7 @@ class NoiseState:
     def refit(self, recent: np.ndarray, keep: np.ndarray) -> float:
         """Refit on the job so far (``refit``; ``recent``: the last tested ratios, ``keep``: the
         ranks that have not alarmed); the factor the innovations' scale moved by."""
-        within = None if self.contrast is None else consistent(*self.contrast.values())
+        within = None if self.contrast is None else consistent(self.contrast.values())
         new = refit(self.variogram, recent, self.ratio_sigma, keep, self.model,
                     None if self.fallback is None else self.model, within)
         if new is None:
