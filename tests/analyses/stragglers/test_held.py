@@ -12,7 +12,7 @@ import pytest
 from minutiae.analyses.stragglers.analysis import Options, StragglerAnalysis, analyse
 from minutiae.analyses.stragglers.detect import RECENT
 from minutiae.analyses.stragglers.floor import size
-from minutiae.analyses.stragglers.held import held_peak
+from minutiae.analyses.stragglers.held import after_onset, held_peak
 from minutiae.analyses.stragglers.prep import TimingMatrix
 from minutiae.analyses.stragglers.types import Basis, Scope, Suspect
 from minutiae.testing.synth.stragglers import Fault, FaultKind, SynthJob, SynthSpec, as_matrix
@@ -32,18 +32,41 @@ def _held(values: list[float], before: list[float] | None = None, block_from: in
 
 def test_one_spike_among_few_steps_is_not_held() -> None:
     spike = [math.log(1.279), math.log(1.085)]          # job 100196's two steps
-    assert _held(spike) == pytest.approx(math.log(1.085))
+    assert math.isnan(_held(spike))                      # less the spike, one step is left
     assert math.isnan(_held([0.25]))                     # one step holds nothing
+    three = [math.log(1.307), math.log(1.113), math.log(1.12)]
+    assert _held(three) == pytest.approx((math.log(1.113) + math.log(1.12)) / 2)
     steady = [0.30, 0.29, 0.31, 0.30, 0.28]               # a transient fault's steps
     assert _held(steady) == pytest.approx(np.mean([0.30, 0.29, 0.30, 0.28]))  # less 0.31
     # the steps before the block count alike (an excursion across blocks)
     assert _held(steady, before=[float("nan"), 0.9], block_from=2) == _held(steady)
 
 
-def _suspect(slowdown: float, peak: float, held: float) -> Suspect:
+def _suspect(slowdown: float, peak: float, held: float, since: int = 1865,
+             after: float = float("nan")) -> Suspect:
     return Suspect(0, "n1", 0, None, Scope.GPU, "gpu:n1/0", (0,), Basis.STEP, slowdown,
-                   slowdown - 0.02, slowdown + 0.02, 1865, 1881, "slow", 1.0, slowdown, 1.0,
-                   peak=peak, held=held)
+                   slowdown - 0.02, slowdown + 0.02, since, 1881, "slow", 1.0, slowdown, 1.0,
+                   peak=peak, held=held, after=after)
+
+
+def test_a_one_step_alarms_size_since_onset_is_taken_without_that_step() -> None:
+    """Job 101126 of the simulator's week: a +34 % GC pause on the second-to-last logged step
+    pushed a rank's slow test over; its mean since onset (+20.9 %) is that pause and one normal
+    step. Without the pause nothing is left; with no later step, it waits."""
+    total, cnt = np.array([0.3404 - 0.0307, 0.30 * 6, 0.3404]), np.array([2.0, 6.0, 1.0])
+    peak, count = np.array([0.3404, 0.30, 0.3404]), np.array([1.0, 1.0, 1.0])
+    got = after_onset(total, cnt, peak, count)
+    assert got[0] == pytest.approx(-0.0307) and got[1] == pytest.approx(0.30)
+    assert math.isnan(got[2])
+    # an excursion of several steps: the plain mean since onset
+    assert after_onset(np.array([0.9]), np.array([3.0]), np.array([0.4]),
+                       np.array([2.0]))[0] == pytest.approx(0.3)
+    spike = _suspect(0.209, 0.405, float("nan"), since=1881, after=-0.03)
+    assert size(spike) == pytest.approx(-0.03)
+    assert math.isnan(size(_suspect(0.405, 0.405, float("nan"), since=1881)))
+    # a fault that alarmed on its first step and stayed: its size stands
+    assert size(_suspect(0.31, 0.35, float("nan"), since=1881, after=0.30)) == pytest.approx(0.30)
+    assert size(_suspect(0.31, 0.35, float("nan"), since=1881, after=0.30), held=False) == 0.31
 
 
 def test_size_counts_what_was_held_not_the_spike() -> None:

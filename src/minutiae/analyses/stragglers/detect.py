@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from minutiae.analyses.stragglers.armodel import ArModel
-from minutiae.analyses.stragglers.held import Alarms, held_peak
+from minutiae.analyses.stragglers.held import Alarms, after_onset, held_peak
 from minutiae.analyses.stragglers.medians import group_medians
 from minutiae.analyses.stragglers.prep import log_times
 from minutiae.analyses.stragglers.recovery import Recovery
@@ -202,6 +202,7 @@ class SeriesDetector:
         self.alarm_sums = np.zeros((2, n))
         self.alarm_peak = np.zeros(n)
         self.alarm_held = np.full(n, np.nan)
+        self.alarm_count = np.zeros(n)  # the excursion's values when it alarmed
         self.last_step = np.full(n, -1, dtype=np.int64)
         self.medians: list[float] = []
         #: per rank: sum of its (clipped) log-ratios and how many, over every step tested
@@ -297,6 +298,7 @@ class SeriesDetector:
                 since[pick], sums[:, pick] = sh[1][new[pick]], sh[2][:, new[pick]]
             self.alarm_since[new] = since
             self.alarm_peak[new] = sums[0] / np.maximum(sums[1], 1.0)
+            self.alarm_count[new] = sums[1]
             self.alarm_held[new] = held_peak(sums, r, ok, steps, since, ta, new, np.roll(
                 self.recent[:, new], -self._recent_at, axis=0), RECENT)
             self.alarm_sums[0, new] = sums[0] + cum_r[-1, new] - cum_r[ta, new]
@@ -387,7 +389,8 @@ class SeriesDetector:
         se = self.noise.mean_se(idx, n)
         return Alarms(idx, self.alarm_since[idx], self.alarm_step[idx], self.alarm_det[idx],
                       self.alarm_score[idx], total / n, se, self.alarm_peak[idx],
-                      self.alarm_held[idx])
+                      self.alarm_held[idx], after_onset(total, cnt, self.alarm_peak[idx],
+                                                        self.alarm_count[idx]))
 
     def typical_seconds(self) -> float:
         v = np.asarray(self.medians)

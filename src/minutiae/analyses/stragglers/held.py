@@ -7,9 +7,12 @@ steps: one GC pause, loader stall or Student-t tail among them (every job has th
 by its own size over the count (measured on the simulator's week: a +27.9 % one-step spike and a
 +8.5 % step made a "+20.7 % when found" on a GPU whose lottery is +3.1 %, job 100196). A fault
 holds its size on every step, so the size it held is the excursion's mean without its largest
-step: a one-step excursion held nothing (NaN), a slow GPU's steps barely move. An excursion of
-more than ``RECENT`` samples keeps its plain mean (one step moves it by under
-``R_HIGH / RECENT``, and its steps are no longer all kept).
+step: a one-step excursion held nothing (NaN), nor does a two-step one (what is left is one
+step: a Student-t tail next to a GC pause, demo job 100078: +11.3 % and +30.7 %; a fault's
+excursion has at least the fast test's steps at its clip, 3-4, when it alarms), and a slow
+GPU's steps barely move. An excursion of more than ``RECENT`` samples keeps its plain mean
+(one step moves it by under ``R_HIGH / RECENT``, and its steps are no longer all kept). Likewise a one-step excursion's
+size since onset is taken without that step (``after_onset``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+#: an excursion of fewer steps holds no size (NaN): less its largest, one step is left
+MIN_HELD = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +38,9 @@ class Alarms:
     se_log_ratio: np.ndarray
     peak_log_ratio: np.ndarray  # the excursion's mean log-ratio when the test alarmed
     held_log_ratio: np.ndarray  # ... less its largest step (``held.py``)
+    #: where the excursion that alarmed was one step: the mean log-ratio since onset without
+    #: that step (NaN when no later step has a value); else the mean since onset
+    after_log_ratio: np.ndarray
 
 
 def held_peak(sums: np.ndarray, r: np.ndarray, ok: np.ndarray, steps: np.ndarray,
@@ -49,7 +58,7 @@ def held_peak(sums: np.ndarray, r: np.ndarray, ok: np.ndarray, steps: np.ndarray
         if n > recent:
             out[i] = total / n
             continue
-        if n < 2:
+        if n < MIN_HELD:
             continue
         vals = r[(steps >= since[i]) & (rows <= at[i]) & ok[:, c], c]
         prior = n - vals.size
@@ -57,4 +66,17 @@ def held_peak(sums: np.ndarray, r: np.ndarray, ok: np.ndarray, steps: np.ndarray
             b = before[:, i]
             vals = np.concatenate([b[np.isfinite(b)][-prior:], vals])
         out[i] = (total - float(vals.max())) / (n - 1) if vals.size else total / n
+    return out
+
+
+def after_onset(total: np.ndarray, cnt: np.ndarray, peak: np.ndarray, count: np.ndarray,
+                ) -> np.ndarray:
+    """``Alarms.after_log_ratio``: per alarm, from the sum and count of its log-ratios since
+    onset, and its excursion's mean and count when it alarmed: where that excursion was one
+    step, the mean since onset without it (NaN when no later step has a value); else the mean
+    since onset."""
+    one = count == 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out: np.ndarray = np.where(one, (total - peak) / (cnt - 1), total / np.maximum(cnt, 1))
+    out[one & (cnt < 2)] = np.nan
     return out

@@ -60,6 +60,7 @@ class _Hit:
     score: float
     peak: float = float("nan")
     held: float = float("nan")
+    after: float = float("nan")
 
 
 def _hits(a: Alarms) -> dict[int, _Hit]:
@@ -70,7 +71,7 @@ def _hits(a: Alarms) -> dict[int, _Hit]:
                       float(np.expm1(m + 1.96 * se)), int(a.since_step[j]),
                       int(a.detected_step[j]), ("fast", "slow", "shift")[int(a.detector[j])],
                       float(a.score[j]), float(np.expm1(a.peak_log_ratio[j])),
-                      float(np.expm1(a.held_log_ratio[j])))
+                      float(np.expm1(a.held_log_ratio[j])), float(np.expm1(a.after_log_ratio[j])))
     return out
 
 
@@ -94,7 +95,8 @@ def _suspect(meta: RankMeta, hits: list[_Hit], scope: Scope, component: str, bas
         detected_step=min(h.detected for h in hits), detector=worst.detector,
         score=max(h.score for h in hits), job_slowdown=job, gpu_hours_per_day=job * job_gpus * 24,
         peak=float(np.median([h.peak for h in hits])),
-        held=float(np.median([h.held for h in hits])))
+        held=float(np.median([h.held for h in hits])),
+        after=float(np.median([h.after for h in hits])))
 
 
 def _gpu_label(meta: RankMeta, i: int, prefix: str) -> str:
@@ -126,7 +128,7 @@ def locate(meta: RankMeta, compute: Alarms, comm: Alarms | None, basis: Basis,
             rep = max(inside, key=lambda x: x.slowdown).i if inside else int(idx[0])
             nh = _Hit(rep, h.slowdown, h.lo, h.hi, min([h.since] + [x.since for x in inside]),
                       min([h.detected] + [x.detected for x in inside]), h.detector, h.score,
-                      h.peak, h.held)
+                      h.peak, h.held, h.after)
             sus = _suspect(meta, [nh], Scope.NODE, f"node:{names[n_i]}", basis, shares[0],
                            job_gpus)
             out.append(replace(sus, ranks=tuple(sorted(int(meta.ranks[i]) for i in idx))))

@@ -125,6 +125,7 @@ class Suspect:
     segment: int | None = None  # the run segment (restarts: ``runs.py``); None: one run
     peak: float = float("nan")  # the slowdown when the test alarmed (its excursion's mean)
     held: float = float("nan")  # ... less its largest step (``held.py``; NaN: one step)
+    after: float = float("nan")  # a one-step alarm's mean since onset without that step
 
     def to_json(self) -> dict[str, Any]:
         return {"segment": self.segment,
