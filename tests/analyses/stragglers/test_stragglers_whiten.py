@@ -19,13 +19,8 @@ from minutiae.analyses.stragglers.stream import StragglerStream
 from minutiae.analyses.stragglers.variogram import Variogram, columns
 from minutiae.analyses.stragglers.whiten import Whitener
 
-
-def _ar(rng: np.random.Generator, phi: float, sd: float, steps: int, n: int) -> np.ndarray:
-    a = np.empty((steps, n))
-    a[0] = rng.normal(0, sd, n)
-    for t in range(1, steps):
-        a[t] = phi * a[t - 1] + rng.normal(0, sd * np.sqrt(1 - phi * phi), n)
-    return a
+#: AR(1) columns of stationary sd ``sd`` (the independent generator's)
+_ar = worlds._ar1
 
 
 def test_fit_finds_wander_and_not_the_lottery() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bench_worlds import worlds
 
 from minutiae.analyses.stragglers.armodel import PHIS, ArModel, design, fit
 from minutiae.analyses.stragglers.variogram import (
@@ -16,13 +17,8 @@ from minutiae.analyses.stragglers.variogram import (
     Variogram,
 )
 
-
-def _ar(rng: np.random.Generator, phi: float, sd: float, steps: int, n: int) -> np.ndarray:
-    out = np.empty((steps, n))
-    out[0] = rng.normal(0.0, sd, n)
-    for t in range(1, steps):
-        out[t] = phi * out[t - 1] + rng.normal(0.0, sd * np.sqrt(1 - phi * phi), n)
-    return out
+#: AR(1) columns of stationary sd ``sd`` (the independent generator's)
+_ar1 = worlds._ar1
 
 
 def test_block_rows_count_the_differences_of_run_means() -> None:
@@ -55,7 +51,7 @@ def test_design_is_what_the_rows_measure(phi: float, a: float, w: float) -> None
     steps, n = 2000, 512
     z = rng.normal(0.0, np.sqrt(w), (steps, n))
     if a:
-        z += _ar(rng, phi, np.sqrt(a), steps, n)
+        z += _ar1(rng, phi, np.sqrt(a), steps, n)
     vg = Variogram(np.arange(n))
     vg.add(z.astype(np.float32))
     m = vg.values()
@@ -104,6 +100,6 @@ def test_a_lottery_is_not_slow_wander_by_the_first_refits() -> None:
     assert all(b >= o for b, o in zip(with_blocks, lag_only, strict=True))
     for seed in range(3):
         rng = np.random.default_rng(9 + seed)
-        wander = _ar(rng, 0.99, np.sqrt(0.3), 84, 128) + rng.normal(0, np.sqrt(0.7), (84, 128))
+        wander = _ar1(rng, 0.99, np.sqrt(0.3), 84, 128) + rng.normal(0, np.sqrt(0.7), (84, 128))
         assert _passes(wander.astype(np.float32), blocks=True) < 0.25
     assert ArModel().passes() == 1.0
