@@ -21,7 +21,8 @@ Model of one rank's compute time at step t (log scale, every term optional per w
 - ``moe``: a hot expert: one rank of an EP group is slower for 10-40 steps (``moe_spell``), then
   the heat moves (a logger writing one step in 40 sees it move every logged step);
 - restarts: at given steps the job resumes on a new allocation (steps reset or continue, every
-  rank on a new node); sparse logging: some ranks log one step in ``every``;
+  rank on a new node, or a requeue onto the same nodes where half of them swap their ranks and
+  the rest keep theirs, as a scheduler's requeue often lands); sparse logging: some ranks log one step in ``every``;
 - ``wait_total``: step totals include the collective wait (every rank logs the slowest rank's
   time plus a tiny own part), as per-rank wall-clock loggers do;
 - ``ring``: sections ``forward-backward`` and ``allreduce``; a slow link in the ring makes every
@@ -76,6 +77,7 @@ class World:
     checkpoint_cost: float = 2.0
     restarts: tuple[int, ...] = ()  # global step indices where a new allocation starts
     steps_reset: bool = True
+    restart_same_nodes: bool = False  # a requeue onto the same nodes: half of them swap ranks
     sparse_every: int = 1           # ranks of odd nodes log one step in this many
     wait_total: bool = False
     ring: bool = False
@@ -128,6 +130,12 @@ def allocations(w: World) -> list[np.ndarray]:
     base = np.arange(w.ranks) // w.gpus_per_node
     out = [base]
     for j, _ in enumerate(w.restarts, start=1):
+        if w.restart_same_nodes:  # half the nodes (at least 2) pass their ranks round, the rest stay
+            perm = np.arange(w.nodes)
+            moved = rng.permutation(w.nodes)[:max(2, w.nodes // 2)]
+            perm[moved] = np.roll(moved, 1)
+            out.append(perm[out[-1]])
+            continue
         perm = rng.permutation(w.nodes)
         out.append(perm[base] + j * w.nodes * 10)  # new names: another part of the cluster
     return out
@@ -264,6 +272,8 @@ def benign(seed: int) -> list[World]:
         World("moe_hot_expert", seed, dp=16, moe_ep=8, moe_size=0.12),
         World("checkpoints", seed, dp=16, checkpoint_every=50),
         World("restart_reset", seed, dp=16, restarts=(150,), **HARD),
+        World("restart_same_nodes_pp4", seed, pp=4, dp=1, last_stage=0.05, stage_column=True,
+              restarts=(150,), steps_reset=False, restart_same_nodes=True, **HARD),
         World("sparse_logging", seed, dp=16, sparse_every=10),
         World("wait_total", seed, dp=16, wait_total=True),
         World("hard_mixture", seed, pp=4, dp=8, first_stage=0.05, last_stage=0.08, **HARD),
@@ -294,6 +304,8 @@ def faulty(seed: int, noise: dict[str, float] | None = None) -> list[World]:
               faults=(Fault("node", node, 0.05, 170),), **kw),
         World("gpu+10%_before_restart", seed, restarts=(150,),
               faults=(Fault("gpu", r, 0.10, start),), **kw),
+        World("node+5%_after_requeue", seed, restarts=(150,), steps_reset=False,
+              restart_same_nodes=True, faults=(Fault("node", node, 0.05, 170),), **kw),
         World("wait_total_gpu+10%", seed, wait_total=True,
               faults=(Fault("gpu", r, 0.10, start),), dp=16),
         World("ring_link+30%", seed, ring=True, ring_onset=start, dp=16),
