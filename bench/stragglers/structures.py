@@ -39,7 +39,7 @@ from minutiae.analyses.stragglers.runs import analyse_runs  # noqa: E402
 from minutiae.errors import MinutiaeError  # noqa: E402
 
 GOALS = {"gpu+10%": 5, "gpu+5%": 20, "gpu+3%": 50, "node+5%": 20, "node+8%_from0": None,
-         "node+5%_after_restart": 20, "gpu+10%_before_restart": 5, "wait_total_gpu+10%": None, "ring_link+30%": None}
+         "node+5%_after_restart": 20, "gpu+10%_before_restart": 5, "node+5%_after_requeue": 20, "wait_total_gpu+10%": None, "ring_link+30%": None}
 
 
 #: worker processes the jobs are spread over (``--jobs``; 1: in this process)
